@@ -1,0 +1,137 @@
+# scv.gpu: every target installs what it needs; see README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(CURDIR)
+BUILD := $(ROOT)/build
+
+# The newest Python >= 3.11 decides the ansible-core line: 3.12+ gets 2.21, 3.11 gets 2.19.
+PYTHON := $(shell tools/find-python)
+PY_MINOR := $(shell $(PYTHON) -c 'import sys; print(sys.version_info[1])')
+ifeq ($(PY_MINOR),11)
+REQUIREMENTS := tests/requirements/dev-py311.txt
+COMPAT_PYTHON :=
+else
+REQUIREMENTS := tests/requirements/dev.txt
+# A second environment on ansible-core 2.19 (the oldest we support), where Python 3.11 exists.
+COMPAT_PYTHON := $(shell tools/find-python 3.11 2>/dev/null)
+endif
+VENV := $(ROOT)/.venv
+COMPAT_VENV := $(ROOT)/.venv-ansible-2.19
+VENV_STAMP := $(VENV)/.requirements
+COMPAT_STAMP := $(if $(COMPAT_PYTHON),$(COMPAT_VENV)/.requirements)
+
+COLLECTIONS := $(BUILD)/collections
+COLLECTION_LINK := $(COLLECTIONS)/ansible_collections/scv/gpu
+SIM_DIR := $(BUILD)/nvml-simulator
+SIM := $(SIM_DIR)/libnvidia-ml.so.1
+SCENARIOS := $(ROOT)/tests/nvml_simulator/scenarios
+DEMO_SCENARIO ?= $(SCENARIOS)/h100_sxm_x8.json
+
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_NOCOWS := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help
+help:
+	@echo "make demo         gather GPU facts on localhost from simulated GPUs and print them"
+	@echo "make test         sanity, lint, unit and integration tests (what CI runs)"
+	@echo "make sanity       ansible-test sanity, offline"
+	@echo "make lint         ansible-lint, production profile"
+	@echo "make unit         pytest tests/unit"
+	@echo "make integration  pytest tests/integration, on every ansible-core line available"
+	@echo "make benchmark    benchmarks/gpu_facts.py (figures for docs/benchmarks.md)"
+	@echo "make clean        remove build/ (make distclean: the virtual environments too)"
+
+# ---------------------------------------------------------------- environments
+
+$(VENV_STAMP): $(REQUIREMENTS)
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -r $(REQUIREMENTS)
+	cp $(REQUIREMENTS) $@
+
+$(COMPAT_VENV)/.requirements: tests/requirements/dev-py311.txt
+	rm -rf $(COMPAT_VENV)
+	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(COMPAT_VENV)/bin/python -m pip install -q -r $<
+	cp $< $@
+
+.PHONY: venv
+venv: $(VENV_STAMP)
+
+$(COLLECTION_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn $(ROOT) $@
+
+.PHONY: collection
+collection: $(COLLECTION_LINK)
+
+# The NVML simulator, compiled against the real nvml.h from nvidia-nvml-dev.
+$(SIM): tests/nvml_simulator/nvml_simulator.c $(VENV_STAMP)
+	mkdir -p $(SIM_DIR)
+	header=$$(find $(VENV)/lib -path '*/nvidia/*/include/nvml.h' | head -n 1); \
+	test -n "$$header" || { echo "nvml.h not found in $(VENV): is nvidia-nvml-dev installed?" >&2; exit 1; }; \
+	gcc -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror \
+	    -I"$$(dirname "$$header")" -Wl,-soname,libnvidia-ml.so.1 -o $@ $< -lpthread
+
+.PHONY: simulator
+simulator: $(SIM)
+
+# ---------------------------------------------------------------------- demo
+
+.PHONY: demo
+demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
+	@echo "Simulated GPUs from $(DEMO_SCENARIO) (set DEMO_SCENARIO=... for another node)"
+	LD_LIBRARY_PATH=$(SIM_DIR) NVMLSIM_CONFIG=$(DEMO_SCENARIO) \
+	  $(VENV)/bin/ansible-playbook -i localhost, -c local \
+	  -e ansible_python_interpreter=$(VENV)/bin/python playbooks/gpu_facts.yml
+
+# --------------------------------------------------------------------- tests
+
+.PHONY: test
+test: sanity lint unit integration
+
+# ansible-test must run from ansible_collections/<namespace>/<name> and, to set
+# up its virtual environments, wants a pip bootstrap script it would download;
+# tools/ansible-test-get-pip.py stands in for it so sanity never leaves PyPI.
+SANITY_ROOT := $(BUILD)/sanity/ansible_collections/scv/gpu
+.PHONY: sanity
+sanity: $(VENV_STAMP)
+	pip_version=$$($(VENV)/bin/python -c 'import re, ansible_test, pathlib; \
+	  src = pathlib.Path(ansible_test.__file__).parent.joinpath("_internal/python_requirements.py").read_text(); \
+	  print(re.search(r"pip=.([0-9.]+).", src).group(1))'); \
+	mkdir -p ~/.ansible/test/cache; \
+	cp tools/ansible-test-get-pip.py ~/.ansible/test/cache/get_pip_$${pip_version//./_}.py
+	rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
+	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t $(SANITY_ROOT)
+	cd $(SANITY_ROOT) && git init -q && git add -A && \
+	  PATH=$(dir $(PYTHON)):$$PATH $(VENV)/bin/ansible-test sanity --venv --python $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') --color no
+
+.PHONY: lint
+lint: $(VENV_STAMP) $(COLLECTION_LINK)
+	$(VENV)/bin/ansible-lint --offline
+
+.PHONY: unit
+unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
+	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python -m pytest tests/unit
+
+.PHONY: integration
+integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM)
+	SCV_GPU_ANSIBLE_VENVS="$(VENV)$(if $(COMPAT_PYTHON), $(COMPAT_VENV))" \
+	  $(VENV)/bin/python -m pytest tests/integration
+
+# ----------------------------------------------------------------- benchmark
+
+.PHONY: benchmark
+benchmark: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
+	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
+
+.PHONY: clean distclean
+clean:
+	rm -rf $(BUILD) tests/output
+distclean: clean
+	rm -rf $(VENV) $(COMPAT_VENV)

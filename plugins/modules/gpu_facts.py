@@ -1,0 +1,333 @@
+#!/usr/bin/python
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Gather facts about every NVIDIA GPU of a host through NVML
+version_added: 0.1.0
+description:
+  - Reads every NVIDIA GPU of the target host through NVML (the NVIDIA Management Library,
+    through its Python binding nvidia-ml-py) and returns them as the C(nvidia_gpu) fact.
+  - Each card carries the fields of the C(Scv) custom resource (C(core.run-linux.com/v1)) with
+    the names and units SCV defines, so they can be published to Kubernetes unchanged, plus
+    identity, health and telemetry fields that SCV lacks.
+  - A host without the NVIDIA driver is not an error; the fact then says C(nvml_available=false)
+    and why, and lists no cards.
+  - A card that fails (lost from the bus, needing a reset, answering errors) is listed with its
+    index as C(Unhealthy), with the reasons; every other card is still reported.
+    A query that a card does not support leaves that field out.
+author:
+  - scv.gpu contributors
+requirements:
+  - nvidia-ml-py (imported as C(pynvml)) on the target host
+  - the NVIDIA driver's C(libnvidia-ml.so.1) on the target host, for any card to be reported
+options:
+  gather_subset:
+    description:
+      - Optional parts of the facts to read. The SCV fields, identity (UUID, PCI bus id,
+        compute capability, family), persistence mode and everything health depends on
+        (ECC, retired pages, remapped rows, recovery action, clock event reasons) are always read.
+      - C(telemetry) reads temperature, utilization and power draw.
+      - C(mig) reads the MIG mode and, when MIG is enabled, the MIG devices.
+      - C(processes) counts the compute processes running on each card.
+      - V(all) selects every part, V(min) none; prefix a name with C(!) to leave it out,
+        as in C(['!processes']). A list of exclusions only starts from V(all).
+    type: list
+    elements: str
+    default: [all]
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it behaves the same in check mode.
+  diff_mode:
+    support: none
+    details: The module changes nothing, so it has nothing to show.
+  facts:
+    support: full
+notes:
+  - The node totals C(cardNumber), C(totalMemorySum) and C(freeMemorySum) and every card field
+    use SCV's names (camelCase) so the fact can be published as an C(Scv) status as it is.
+    Fields about NVML itself (C(nvml_available), C(driver_version), ...) use Ansible's snake_case.
+  - Memory is in MiB (bytes divided by 2^20, rounded down), clocks in MHz, power in W,
+    C(bandwidth) in MB/s (PCIe per-lane rate at the maximum link generation times the maximum
+    link width; PCIe gen5 and gen6 included).
+seealso:
+  - name: NVML API reference
+    description: The NVIDIA Management Library calls this module makes.
+    link: https://docs.nvidia.com/deploy/nvml-api/
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  scv.gpu.gpu_facts:
+
+- name: Show each GPU's model and free memory
+  ansible.builtin.debug:
+    msg: "GPU {{ item.id }}: {{ item.model }}, {{ item.freeMemory }} of {{ item.totalMemory }} MiB free"
+  loop: "{{ ansible_facts.nvidia_gpu.cardList }}"
+  loop_control:
+    label: "{{ item.id }}"
+
+- name: Gather only what SCV publishes, plus identity and health (fastest)
+  scv.gpu.gpu_facts:
+    gather_subset:
+      - min
+
+- name: Gather everything but the per-card process count
+  scv.gpu.gpu_facts:
+    gather_subset:
+      - "!processes"
+
+- name: Stop when a GPU is unhealthy
+  ansible.builtin.assert:
+    that: ansible_facts.nvidia_gpu.cardList | selectattr('health', 'ne', 'Healthy') | list | length == 0
+    fail_msg: >-
+      Unhealthy GPUs on {{ inventory_hostname }}:
+      {{ ansible_facts.nvidia_gpu.cardList | selectattr('health', 'ne', 'Healthy')
+         | map(attribute='healthReasons') | list }}
+
+- name: Register the facts instead of reading ansible_facts
+  scv.gpu.gpu_facts:
+  register: gpu
+
+- name: Fail on hosts where the driver does not answer
+  ansible.builtin.fail:
+    msg: "NVML is not available: {{ gpu.ansible_facts.nvidia_gpu.nvml_error }}"
+  when: not gpu.ansible_facts.nvidia_gpu.nvml_available
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: complex
+  contains:
+    nvidia_gpu:
+      description: The host's NVIDIA GPUs and driver.
+      returned: always
+      type: complex
+      contains:
+        nvml_available:
+          description: Whether NVML answered. False when the driver or its library is missing.
+          returned: always
+          type: bool
+          sample: true
+        nvml_error:
+          description: Why NVML is not available, and what to do; null when it is.
+          returned: always
+          type: str
+          sample: "libnvidia-ml.so.1 was not found: the NVIDIA driver is not installed (or its library is not in the loader's search path)"
+        driver_version:
+          description: The NVIDIA driver's version.
+          returned: when NVML is available
+          type: str
+          sample: "550.54.15"
+        cuda_driver_version:
+          description: The highest CUDA version the driver supports, C(major.minor).
+          returned: when NVML is available
+          type: str
+          sample: "12.4"
+        nvml_version:
+          description: The NVML library's version.
+          returned: when NVML is available
+          type: str
+          sample: "12.550.54.15"
+        cardNumber:
+          description: Number of GPUs (SCV field).
+          returned: always
+          type: int
+          sample: 1
+        totalMemorySum:
+          description: Sum of the cards' total memory in MiB (SCV field).
+          returned: always
+          type: int
+          sample: 12194
+        freeMemorySum:
+          description: Sum of the cards' free memory in MiB (SCV field).
+          returned: always
+          type: int
+          sample: 11950
+        cardList:
+          description:
+            - One entry per GPU, sorted by NVML index. A field the card cannot report is left out.
+            - C(id), C(model), C(totalMemory), C(freeMemory), C(clock), C(core), C(power),
+              C(bandwidth) and C(health) are SCV's fields with SCV's units.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            id:
+              description: NVML device index (SCV field).
+              type: int
+              sample: 0
+            model:
+              description: Product name (SCV field).
+              type: str
+              sample: TITAN Xp
+            totalMemory:
+              description: Total memory, MiB (SCV field).
+              type: int
+              sample: 12194
+            freeMemory:
+              description: Free memory, MiB (SCV field).
+              type: int
+              sample: 11950
+            usedMemory:
+              description: Used memory including driver-reserved memory, MiB.
+              type: int
+              sample: 244
+            clock:
+              description: Maximum memory clock, MHz (SCV field).
+              type: int
+              sample: 5705
+            core:
+              description: Maximum SM clock, MHz (SCV field).
+              type: int
+              sample: 1911
+            power:
+              description: Power management limit, W (SCV field). Not the current draw.
+              type: int
+              sample: 250
+            bandwidth:
+              description: PCIe bandwidth, MB/s, at the maximum link generation and width (SCV field).
+              type: int
+              sample: 15760
+            pcieGeneration:
+              description: Maximum PCIe link generation.
+              type: int
+              sample: 3
+            pcieWidth:
+              description: Maximum PCIe link width (lanes).
+              type: int
+              sample: 16
+            health:
+              description: C(Healthy) or C(Unhealthy) (SCV field).
+              type: str
+              sample: Healthy
+            healthReasons:
+              description: Why the card is Unhealthy; empty when it is Healthy.
+              type: list
+              elements: str
+              sample: ["2 uncorrectable ECC errors since the driver loaded"]
+            uuid:
+              description: The GPU's UUID.
+              type: str
+              sample: GPU-5a4f8c2e-7f0b-4e55-9c3a-1b2d3e4f5a6b
+            pciBusId:
+              description: PCI bus id, C(domain:bus:device.function).
+              type: str
+              sample: "00000000:01:00.0"
+            computeCapability:
+              description: CUDA compute capability, C(major.minor).
+              type: str
+              sample: "6.1"
+            family:
+              description: Architecture family as GPU feature discovery names it (C(nvidia.com/gpu.family)).
+              type: str
+              sample: pascal
+            persistenceMode:
+              description: Whether persistence mode is on.
+              type: bool
+              sample: false
+            eccEnabled:
+              description: Whether ECC is on.
+              returned: when the card has ECC
+              type: bool
+              sample: true
+            eccErrors:
+              description: ECC error counts (volatile since the driver loaded, aggregate over the card's life).
+              returned: when ECC is on
+              type: dict
+              sample: {"uncorrectedVolatile": 0, "uncorrectedAggregate": 0, "correctedVolatile": 3, "correctedAggregate": 12}
+            retiredPagesPending:
+              description: Whether memory pages wait for retirement (cards before Ampere).
+              returned: when the card retires pages
+              type: bool
+              sample: false
+            remappedRows:
+              description: Row remapping state (Ampere and later).
+              returned: when the card remaps rows
+              type: dict
+              sample: {"correctable": 0, "uncorrectable": 0, "pending": false, "failed": false}
+            recoveryAction:
+              description: The recovery action the driver asks for after a critical XID (0 for none).
+              returned: when the driver reports it
+              type: int
+              sample: 0
+            temperature:
+              description: GPU temperature, degrees Celsius.
+              returned: with the telemetry subset
+              type: int
+              sample: 38
+            gpuUtilization:
+              description: Percent of time a kernel ran over the last sample period.
+              returned: with the telemetry subset
+              type: int
+              sample: 0
+            memoryUtilization:
+              description: Percent of time memory was read or written over the last sample period.
+              returned: with the telemetry subset
+              type: int
+              sample: 0
+            powerDraw:
+              description: Current power draw, W.
+              returned: with the telemetry subset
+              type: int
+              sample: 15
+            migEnabled:
+              description: Whether MIG mode is on.
+              returned: with the mig subset, on MIG-capable cards
+              type: bool
+              sample: true
+            migPendingEnabled:
+              description: The MIG mode that applies after the next GPU reset.
+              returned: with the mig subset, on MIG-capable cards
+              type: bool
+              sample: true
+            migDevices:
+              description: The MIG devices, with C(index), C(uuid), C(model), C(gpuInstanceId),
+                C(computeInstanceId), C(totalMemory) and C(freeMemory) (MiB).
+              returned: with the mig subset, when MIG is on
+              type: list
+              elements: dict
+              sample: [{"index": 0, "uuid": "MIG-1b9c8d2e-0f3a-5b4c-8d7e-6f5a4b3c2d1e", "model": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+                        "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955}]
+            processCount:
+              description: Number of compute processes running on the card.
+              returned: with the processes subset
+              type: int
+              sample: 2
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import parse_gather_subset
+from ansible_collections.scv.gpu.plugins.module_utils._nvml import HAS_PYNVML, PYNVML_IMPORT_ERROR, collect
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gather_subset=dict(type="list", elements="str", default=["all"]),
+        ),
+        supports_check_mode=True,
+    )
+    subsets, unknown = parse_gather_subset(module.params["gather_subset"])
+    if unknown:
+        module.fail_json(
+            msg="gather_subset: unknown value(s) %s; use all, min, telemetry, mig or processes, "
+                "each optionally prefixed with '!'" % ", ".join(unknown)
+        )
+    if not HAS_PYNVML:
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
+
+    module.exit_json(changed=False, ansible_facts={"nvidia_gpu": collect(subsets)})
+
+
+if __name__ == "__main__":
+    main()

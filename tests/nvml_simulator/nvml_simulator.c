@@ -1,0 +1,1116 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for tests and the demo.
+ *
+ * Built against NVIDIA's real nvml.h (PyPI package nvidia-nvml-dev) so that every
+ * signature and struct layout is the one the real pynvml expects. The GPUs it
+ * reports come from a JSON scenario file named by $NVMLSIM_CONFIG; see
+ * README.md beside this file for the format. The file is read again whenever it
+ * changes, so a test can change a GPU's state under a running process.
+ *
+ * Conventions, chosen to mirror a real driver:
+ *   - a key missing from a device answers NVML_ERROR_NOT_SUPPORTED;
+ *   - "errors": {"<nvml function>": "<NVML error name>"} injects a failure into
+ *     one call of one device, "*" into every call of that device;
+ *   - top-level "initError" makes nvmlInit fail (e.g. "DRIVER_NOT_LOADED").
+ *
+ * nvmlsimCallCount()/nvmlsimResetCallCount() are not NVML: benchmarks use them
+ * to count the NVML calls a collector makes.
+ */
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SIM_EXPORT __attribute__((visibility("default")))
+#define SIM_MAX_GPUS 256
+#define SIM_MAX_MIG 8
+
+/* ------------------------------------------------------------------ JSON */
+
+typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
+
+typedef struct jval {
+    jtype type;
+    long long num;        /* J_NUM (integral part), J_BOOL */
+    char *str;            /* J_STR; key for members of an object */
+    char *key;
+    struct jval *child;   /* first element / member */
+    struct jval *next;
+} jval;
+
+typedef struct {
+    const char *text;
+    const char *pos;
+    const char *error;
+} jparser;
+
+static jval *j_new(jtype type)
+{
+    jval *v = calloc(1, sizeof(*v));
+    if (v)
+        v->type = type;
+    return v;
+}
+
+static void j_free(jval *v)
+{
+    while (v) {
+        jval *next = v->next;
+        j_free(v->child);
+        free(v->str);
+        free(v->key);
+        free(v);
+        v = next;
+    }
+}
+
+static void j_skip_ws(jparser *p)
+{
+    while (*p->pos && isspace((unsigned char)*p->pos))
+        p->pos++;
+}
+
+static jval *j_parse_value(jparser *p, int depth);
+
+static char *j_parse_string(jparser *p)
+{
+    size_t cap = 32, len = 0;
+    char *out;
+
+    if (*p->pos != '"') {
+        p->error = "expected a string";
+        return NULL;
+    }
+    p->pos++;
+    out = malloc(cap);
+    if (!out) {
+        p->error = "out of memory";
+        return NULL;
+    }
+    while (*p->pos && *p->pos != '"') {
+        char c = *p->pos++;
+        if (c == '\\') {
+            char esc = *p->pos++;
+            switch (esc) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case '"': case '\\': case '/': c = esc; break;
+            default:
+                /* \uXXXX and the rarer escapes are not needed by scenarios */
+                free(out);
+                p->error = "unsupported escape in string";
+                return NULL;
+            }
+        }
+        if (len + 2 > cap) {
+            char *grown = realloc(out, cap *= 2);
+            if (!grown) {
+                free(out);
+                p->error = "out of memory";
+                return NULL;
+            }
+            out = grown;
+        }
+        out[len++] = c;
+    }
+    if (*p->pos != '"') {
+        free(out);
+        p->error = "unterminated string";
+        return NULL;
+    }
+    p->pos++;
+    out[len] = '\0';
+    return out;
+}
+
+static jval *j_parse_container(jparser *p, int depth, int is_object)
+{
+    char close = is_object ? '}' : ']';
+    jval *container = j_new(is_object ? J_OBJ : J_ARR);
+    jval **tail;
+
+    if (!container) {
+        p->error = "out of memory";
+        return NULL;
+    }
+    tail = &container->child;
+    p->pos++;
+    j_skip_ws(p);
+    if (*p->pos == close) {
+        p->pos++;
+        return container;
+    }
+    for (;;) {
+        char *key = NULL;
+        jval *item;
+
+        j_skip_ws(p);
+        if (is_object) {
+            key = j_parse_string(p);
+            if (!key)
+                goto fail;
+            j_skip_ws(p);
+            if (*p->pos != ':') {
+                free(key);
+                p->error = "expected ':' after an object key";
+                goto fail;
+            }
+            p->pos++;
+        }
+        item = j_parse_value(p, depth + 1);
+        if (!item) {
+            free(key);
+            goto fail;
+        }
+        item->key = key;
+        *tail = item;
+        tail = &item->next;
+        j_skip_ws(p);
+        if (*p->pos == ',') {
+            p->pos++;
+            continue;
+        }
+        if (*p->pos == close) {
+            p->pos++;
+            return container;
+        }
+        p->error = is_object ? "expected ',' or '}'" : "expected ',' or ']'";
+        goto fail;
+    }
+fail:
+    j_free(container);
+    return NULL;
+}
+
+static jval *j_parse_value(jparser *p, int depth)
+{
+    jval *v;
+
+    if (depth > 64) {
+        p->error = "nesting too deep";
+        return NULL;
+    }
+    j_skip_ws(p);
+    switch (*p->pos) {
+    case '{':
+        return j_parse_container(p, depth, 1);
+    case '[':
+        return j_parse_container(p, depth, 0);
+    case '"':
+        v = j_new(J_STR);
+        if (v && !(v->str = j_parse_string(p))) {
+            free(v);
+            return NULL;
+        }
+        return v;
+    case 't':
+    case 'f':
+    case 'n': {
+        static const struct { const char *word; jtype type; long long num; } words[] = {
+            {"true", J_BOOL, 1}, {"false", J_BOOL, 0}, {"null", J_NULL, 0},
+        };
+        for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+            size_t n = strlen(words[i].word);
+            if (strncmp(p->pos, words[i].word, n) == 0) {
+                p->pos += n;
+                v = j_new(words[i].type);
+                if (v)
+                    v->num = words[i].num;
+                return v;
+            }
+        }
+        p->error = "unexpected word";
+        return NULL;
+    }
+    default: {
+        char *end;
+        long long num;
+
+        errno = 0;
+        num = strtoll(p->pos, &end, 0);
+        if (end == p->pos || errno == ERANGE) {
+            p->error = "expected a value";
+            return NULL;
+        }
+        if (*end == '.' || *end == 'e' || *end == 'E') {
+            p->error = "only integers are supported";
+            return NULL;
+        }
+        p->pos = end;
+        v = j_new(J_NUM);
+        if (v)
+            v->num = num;
+        return v;
+    }
+    }
+}
+
+static const jval *j_get(const jval *obj, const char *key)
+{
+    if (!obj || obj->type != J_OBJ)
+        return NULL;
+    for (const jval *m = obj->child; m; m = m->next)
+        if (strcmp(m->key, key) == 0)
+            return m;
+    return NULL;
+}
+
+static const jval *j_at(const jval *arr, unsigned int index)
+{
+    if (!arr || arr->type != J_ARR)
+        return NULL;
+    for (const jval *e = arr->child; e; e = e->next, index--)
+        if (index == 0)
+            return e;
+    return NULL;
+}
+
+static unsigned int j_len(const jval *arr)
+{
+    unsigned int n = 0;
+    if (arr && arr->type == J_ARR)
+        for (const jval *e = arr->child; e; e = e->next)
+            n++;
+    return n;
+}
+
+/* ------------------------------------------------------------ the state */
+
+static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
+static jval *sim_root;
+static const jval *sim_devices[SIM_MAX_GPUS];
+static unsigned int sim_device_count;
+static int sim_init_refcount;
+static struct timespec sim_loaded_mtime;
+static off_t sim_loaded_size;
+static ino_t sim_loaded_ino;
+static unsigned long long sim_calls;
+
+/* Stable addresses that serve as handles: they never dangle across reloads. */
+static char sim_gpu_handles[SIM_MAX_GPUS];
+static char sim_mig_handles[SIM_MAX_GPUS][SIM_MAX_MIG];
+
+static const struct { const char *name; nvmlReturn_t code; const char *text; } sim_errors[] = {
+    {"SUCCESS", NVML_SUCCESS, "Success"},
+    {"UNINITIALIZED", NVML_ERROR_UNINITIALIZED, "Uninitialized"},
+    {"INVALID_ARGUMENT", NVML_ERROR_INVALID_ARGUMENT, "Invalid Argument"},
+    {"NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED, "Not Supported"},
+    {"NO_PERMISSION", NVML_ERROR_NO_PERMISSION, "Insufficient Permissions"},
+    {"ALREADY_INITIALIZED", NVML_ERROR_ALREADY_INITIALIZED, "Already Initialized"},
+    {"NOT_FOUND", NVML_ERROR_NOT_FOUND, "Not Found"},
+    {"INSUFFICIENT_SIZE", NVML_ERROR_INSUFFICIENT_SIZE, "Insufficient Size"},
+    {"INSUFFICIENT_POWER", NVML_ERROR_INSUFFICIENT_POWER, "Insufficient External Power"},
+    {"DRIVER_NOT_LOADED", NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"},
+    {"TIMEOUT", NVML_ERROR_TIMEOUT, "Timeout"},
+    {"IRQ_ISSUE", NVML_ERROR_IRQ_ISSUE, "Interrupt Request Issue"},
+    {"LIBRARY_NOT_FOUND", NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"},
+    {"FUNCTION_NOT_FOUND", NVML_ERROR_FUNCTION_NOT_FOUND, "Function Not Found"},
+    {"CORRUPTED_INFOROM", NVML_ERROR_CORRUPTED_INFOROM, "Corrupted infoROM"},
+    {"GPU_IS_LOST", NVML_ERROR_GPU_IS_LOST, "GPU is lost"},
+    {"RESET_REQUIRED", NVML_ERROR_RESET_REQUIRED, "GPU requires restart"},
+    {"OPERATING_SYSTEM", NVML_ERROR_OPERATING_SYSTEM, "The operating system has blocked the request."},
+    {"LIB_RM_VERSION_MISMATCH", NVML_ERROR_LIB_RM_VERSION_MISMATCH, "RM has detected an NVML/RM version mismatch."},
+    {"MEMORY", NVML_ERROR_MEMORY, "Insufficient Memory"},
+    {"NO_DATA", NVML_ERROR_NO_DATA, "No data"},
+    {"UNKNOWN", NVML_ERROR_UNKNOWN, "Unknown Error"},
+};
+
+static nvmlReturn_t sim_error_code(const char *name)
+{
+    for (size_t i = 0; i < sizeof(sim_errors) / sizeof(sim_errors[0]); i++)
+        if (strcmp(sim_errors[i].name, name) == 0)
+            return sim_errors[i].code;
+    fprintf(stderr, "nvml-simulator: unknown NVML error name \"%s\" in %s; using UNKNOWN\n",
+            name, getenv("NVMLSIM_CONFIG"));
+    return NVML_ERROR_UNKNOWN;
+}
+
+static void sim_unload(void)
+{
+    j_free(sim_root);
+    sim_root = NULL;
+    sim_device_count = 0;
+}
+
+static void sim_report_parse_error(const char *path, const char *text, const jparser *p)
+{
+    unsigned int line = 1, column = 1;
+    for (const char *c = text; c < p->pos; c++) {
+        if (*c == '\n') {
+            line++;
+            column = 1;
+        } else {
+            column++;
+        }
+    }
+    fprintf(stderr, "nvml-simulator: %s:%u:%u: %s\n", path, line, column, p->error);
+}
+
+/* Reads $NVMLSIM_CONFIG; returns NVML_SUCCESS or the error nvmlInit should give. */
+static nvmlReturn_t sim_load(void)
+{
+    const char *path = getenv("NVMLSIM_CONFIG");
+    struct stat st;
+    FILE *f;
+    char *text;
+    jparser parser;
+    jval *root;
+    const jval *devices;
+
+    if (!path || !*path) {
+        fprintf(stderr, "nvml-simulator: NVMLSIM_CONFIG is not set; "
+                        "set it to a scenario file (see tests/nvml_simulator/README.md)\n");
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    if (stat(path, &st) != 0 || !(f = fopen(path, "rb"))) {
+        fprintf(stderr, "nvml-simulator: cannot read NVMLSIM_CONFIG=%s: %s\n", path, strerror(errno));
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    text = malloc((size_t)st.st_size + 1);
+    if (!text) {
+        fclose(f);
+        return NVML_ERROR_MEMORY;
+    }
+    text[fread(text, 1, (size_t)st.st_size, f)] = '\0';
+    fclose(f);
+
+    parser.text = parser.pos = text;
+    parser.error = NULL;
+    root = j_parse_value(&parser, 0);
+    if (root) {
+        j_skip_ws(&parser);
+        if (*parser.pos) {
+            parser.error = "unexpected text after the document";
+            j_free(root);
+            root = NULL;
+        } else if (root->type != J_OBJ) {
+            parser.error = "the document must be a JSON object";
+            j_free(root);
+            root = NULL;
+        }
+    }
+    if (!root) {
+        sim_report_parse_error(path, text, &parser);
+        free(text);
+        return NVML_ERROR_UNKNOWN;
+    }
+    free(text);
+
+    devices = j_get(root, "devices");
+    if (j_len(devices) > SIM_MAX_GPUS) {
+        fprintf(stderr, "nvml-simulator: %s: at most %d devices are supported\n", path, SIM_MAX_GPUS);
+        j_free(root);
+        return NVML_ERROR_UNKNOWN;
+    }
+    sim_unload();
+    sim_root = root;
+    sim_device_count = 0;
+    for (const jval *d = devices ? devices->child : NULL; d; d = d->next)
+        sim_devices[sim_device_count++] = d;
+    sim_loaded_mtime = st.st_mtim;
+    sim_loaded_size = st.st_size;
+    sim_loaded_ino = st.st_ino;
+    return NVML_SUCCESS;
+}
+
+/* Reloads the scenario when its file was replaced or rewritten. */
+static void sim_refresh(void)
+{
+    const char *path = getenv("NVMLSIM_CONFIG");
+    struct stat st;
+
+    if (!path || stat(path, &st) != 0)
+        return;
+    if (st.st_mtim.tv_sec != sim_loaded_mtime.tv_sec || st.st_mtim.tv_nsec != sim_loaded_mtime.tv_nsec ||
+        st.st_size != sim_loaded_size || st.st_ino != sim_loaded_ino)
+        sim_load();
+}
+
+typedef struct {
+    const jval *gpu;      /* the physical GPU's description */
+    const jval *mig;      /* the MIG device's description, or NULL */
+    unsigned int index;
+} sim_device;
+
+static int sim_resolve(nvmlDevice_t handle, sim_device *out)
+{
+    uintptr_t h = (uintptr_t)handle;
+    uintptr_t gpus = (uintptr_t)sim_gpu_handles, migs = (uintptr_t)sim_mig_handles;
+
+    if (h >= gpus && h < gpus + SIM_MAX_GPUS) {
+        out->index = (unsigned int)(h - gpus);
+        out->mig = NULL;
+    } else if (h >= migs && h < migs + sizeof(sim_mig_handles)) {
+        unsigned int offset = (unsigned int)(h - migs);
+        const jval *list;
+        out->index = offset / SIM_MAX_MIG;
+        if (out->index >= sim_device_count)
+            return 0;
+        list = j_get(sim_devices[out->index], "migDevices");
+        out->mig = j_at(list, offset % SIM_MAX_MIG);
+        if (!out->mig)
+            return 0;
+    } else {
+        return 0;
+    }
+    if (out->index >= sim_device_count)
+        return 0;
+    out->gpu = sim_devices[out->index];
+    return 1;
+}
+
+/* An error injected into `function` for this device, or NVML_SUCCESS. */
+static nvmlReturn_t sim_injected(const jval *scope, const char *function)
+{
+    const jval *errors = j_get(scope, "errors");
+    const jval *e;
+
+    if (!errors)
+        return NVML_SUCCESS;
+    e = j_get(errors, function);
+    if (!e)
+        e = j_get(errors, "*");
+    if (e && e->type == J_STR)
+        return sim_error_code(e->str);
+    return NVML_SUCCESS;
+}
+
+static int sim_number(const jval *obj, const char *key, long long *out)
+{
+    const jval *v = j_get(obj, key);
+    if (!v || (v->type != J_NUM && v->type != J_BOOL))
+        return 0;
+    *out = v->num;
+    return 1;
+}
+
+static nvmlReturn_t sim_copy_string(const jval *obj, const char *key, char *buf, unsigned int length)
+{
+    const jval *v = j_get(obj, key);
+    size_t n;
+
+    if (!v || v->type != J_STR)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    n = strlen(v->str);
+    if (n + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, v->str, n + 1);
+    return NVML_SUCCESS;
+}
+
+/*
+ * Every device call starts here: counts the call, checks initialisation,
+ * resolves the handle and applies injected errors. On success `dev` is set and
+ * the caller holds sim_lock (released by SIM_RETURN).
+ */
+#define SIM_DEVICE_CALL(handle, dev)                                          \
+    sim_device dev;                                                           \
+    nvmlReturn_t sim_rc_;                                                     \
+    pthread_mutex_lock(&sim_lock);                                            \
+    sim_calls++;                                                              \
+    if (!sim_init_refcount)                                                   \
+        SIM_RETURN(NVML_ERROR_UNINITIALIZED);                                 \
+    if (!sim_resolve((handle), &dev))                                         \
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                              \
+    sim_rc_ = sim_injected(dev.gpu, __func__);                                \
+    if (sim_rc_ == NVML_SUCCESS && dev.mig)                                   \
+        sim_rc_ = sim_injected(dev.mig, __func__);                            \
+    if (sim_rc_ != NVML_SUCCESS)                                              \
+        SIM_RETURN(sim_rc_)
+
+#define SIM_SYSTEM_CALL()                                                     \
+    nvmlReturn_t sim_rc_;                                                     \
+    pthread_mutex_lock(&sim_lock);                                            \
+    sim_calls++;                                                              \
+    if (!sim_init_refcount)                                                   \
+        SIM_RETURN(NVML_ERROR_UNINITIALIZED);                                 \
+    sim_rc_ = sim_injected(sim_root, __func__);                               \
+    if (sim_rc_ != NVML_SUCCESS)                                              \
+        SIM_RETURN(sim_rc_)
+
+#define SIM_RETURN(rc)                                                        \
+    do {                                                                      \
+        nvmlReturn_t sim_out_ = (rc);                                         \
+        pthread_mutex_unlock(&sim_lock);                                      \
+        return sim_out_;                                                      \
+    } while (0)
+
+/* Reads number `key` of the device (or MIG device) into *out, or answers NOT_SUPPORTED. */
+#define SIM_NUMBER_OR_UNSUPPORTED(obj, key, out)                              \
+    long long out;                                                            \
+    if (!sim_number((obj), (key), &out))                                      \
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED)
+
+/* ------------------------------------------------------- system and init */
+
+SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    nvmlReturn_t rc = NVML_SUCCESS;
+    const jval *init_error;
+
+    (void)flags;
+    pthread_mutex_lock(&sim_lock);
+    sim_calls++;
+    if (sim_init_refcount == 0) {
+        rc = sim_load();
+        if (rc == NVML_SUCCESS) {
+            init_error = j_get(sim_root, "initError");
+            if (init_error && init_error->type == J_STR)
+                rc = sim_error_code(init_error->str);
+        }
+    }
+    if (rc == NVML_SUCCESS)
+        sim_init_refcount++;
+    pthread_mutex_unlock(&sim_lock);
+    return rc;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+    return nvmlInitWithFlags(0);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_calls++;
+    if (!sim_init_refcount)
+        SIM_RETURN(NVML_ERROR_UNINITIALIZED);
+    if (--sim_init_refcount == 0)
+        sim_unload();
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    for (size_t i = 0; i < sizeof(sim_errors) / sizeof(sim_errors[0]); i++)
+        if (sim_errors[i].code == result)
+            return sim_errors[i].text;
+    return "Unknown Error";
+}
+
+SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    SIM_SYSTEM_CALL();
+    SIM_RETURN(sim_copy_string(sim_root, "driverVersion", version, length));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    SIM_SYSTEM_CALL();
+    SIM_RETURN(sim_copy_string(sim_root, "nvmlVersion", version, length));
+}
+
+static nvmlReturn_t sim_cuda_driver_version(int *version)
+{
+    long long value;
+    if (!version)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!sim_number(sim_root, "cudaDriverVersion", &value))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *version = (int)value;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    SIM_SYSTEM_CALL();
+    SIM_RETURN(sim_cuda_driver_version(cudaDriverVersion));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    SIM_SYSTEM_CALL();
+    SIM_RETURN(sim_cuda_driver_version(cudaDriverVersion));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    SIM_SYSTEM_CALL();
+    if (!deviceCount)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    sim_refresh();
+    *deviceCount = sim_device_count;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    nvmlReturn_t rc;
+
+    pthread_mutex_lock(&sim_lock);
+    sim_calls++;
+    if (!sim_init_refcount)
+        SIM_RETURN(NVML_ERROR_UNINITIALIZED);
+    if (!device)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    sim_refresh();
+    if (index >= sim_device_count)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    rc = sim_injected(sim_devices[index], __func__);
+    if (rc != NVML_SUCCESS)
+        SIM_RETURN(rc);
+    *device = (nvmlDevice_t)&sim_gpu_handles[index];
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------- identity */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!index || dev.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *index = dev.index;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(sim_copy_string(dev.mig ? dev.mig : dev.gpu, "name", name, length));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(sim_copy_string(dev.mig ? dev.mig : dev.gpu, "uuid", uuid, length));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    const jval *bus_id;
+    unsigned int domain = 0, bus = 0, slot = 0, function = 0;
+    long long device_id = 0, subsystem_id = 0;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!pci)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (dev.mig)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    bus_id = j_get(dev.gpu, "pciBusId");
+    if (!bus_id || bus_id->type != J_STR)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (sscanf(bus_id->str, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4 ||
+        strlen(bus_id->str) >= NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE) {
+        fprintf(stderr, "nvml-simulator: pciBusId \"%s\" is not DDDDDDDD:BB:DD.F\n", bus_id->str);
+        SIM_RETURN(NVML_ERROR_UNKNOWN);
+    }
+    sim_number(dev.gpu, "pciDeviceId", &device_id);
+    sim_number(dev.gpu, "pciSubSystemId", &subsystem_id);
+    memset(pci, 0, sizeof(*pci));
+    snprintf(pci->busId, sizeof(pci->busId), "%s", bus_id->str);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT,
+             domain & 0xffffu, bus, slot);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = slot;
+    pci->pciDeviceId = (unsigned int)device_id;
+    pci->pciSubSystemId = (unsigned int)subsystem_id;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    const jval *cc;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!major || !minor)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    cc = j_get(dev.gpu, "computeCapability");
+    if (j_len(cc) != 2)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *major = (int)j_at(cc, 0)->num;
+    *minor = (int)j_at(cc, 1)->num;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, "architecture", value);
+    if (!arch)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *arch = (nvmlDeviceArchitecture_t)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* --------------------------------------------------- memory, clocks, power */
+
+static nvmlReturn_t sim_memory(const sim_device *dev, unsigned long long *total, unsigned long long *reserved,
+                               unsigned long long *free_bytes, unsigned long long *used)
+{
+    const jval *memory = j_get(dev->mig ? dev->mig : dev->gpu, "memory");
+    long long t, f, r = 0, u;
+
+    if (!sim_number(memory, "total", &t) || !sim_number(memory, "free", &f))
+        return NVML_ERROR_NOT_SUPPORTED;
+    sim_number(memory, "reserved", &r);
+    if (!sim_number(memory, "used", &u))
+        u = t - f - r;
+    *total = (unsigned long long)t;
+    *reserved = (unsigned long long)r;
+    *free_bytes = (unsigned long long)f;
+    *used = (unsigned long long)u;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    unsigned long long reserved;
+    nvmlReturn_t rc;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!memory)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    rc = sim_memory(&dev, &memory->total, &reserved, &memory->free, &memory->used);
+    /* The v1 struct counts reserved memory as used. */
+    if (rc == NVML_SUCCESS)
+        memory->used += reserved;
+    SIM_RETURN(rc);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!memory)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (memory->version != nvmlMemory_v2)
+        SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    SIM_RETURN(sim_memory(&dev, &memory->total, &memory->reserved, &memory->free, &memory->used));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    static const char *keys[] = {
+        [NVML_CLOCK_GRAPHICS] = "graphics", [NVML_CLOCK_SM] = "sm",
+        [NVML_CLOCK_MEM] = "memory", [NVML_CLOCK_VIDEO] = "video",
+    };
+    long long value;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!clock || (unsigned int)type >= sizeof(keys) / sizeof(keys[0]))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (dev.mig || !sim_number(j_get(dev.gpu, "maxClocks"), keys[type], &value))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *clock = (unsigned int)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* Device queries that answer one unsigned int straight from the scenario. */
+#define SIM_UINT_QUERY(function, key)                                         \
+    SIM_EXPORT nvmlReturn_t function(nvmlDevice_t device, unsigned int *out)  \
+    {                                                                         \
+        SIM_DEVICE_CALL(device, dev);                                         \
+        if (dev.mig)                                                          \
+            SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);                             \
+        SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, key, value);                       \
+        if (!out)                                                             \
+            SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                          \
+        *out = (unsigned int)value;                                           \
+        SIM_RETURN(NVML_SUCCESS);                                             \
+    }
+
+SIM_UINT_QUERY(nvmlDeviceGetPowerManagementLimit, "powerLimit")
+SIM_UINT_QUERY(nvmlDeviceGetEnforcedPowerLimit, "powerLimit")
+SIM_UINT_QUERY(nvmlDeviceGetPowerUsage, "powerUsage")
+SIM_UINT_QUERY(nvmlDeviceGetMaxPcieLinkGeneration, "maxPcieGeneration")
+SIM_UINT_QUERY(nvmlDeviceGetMaxPcieLinkWidth, "maxPcieWidth")
+SIM_UINT_QUERY(nvmlDeviceGetMaxMigDeviceCount, "maxMigDevices")
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
+                                                 unsigned int *temp)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!temp || sensor != NVML_TEMPERATURE_GPU)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, "temperature", value);
+    *temp = (unsigned int)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    const jval *u;
+    long long gpu, memory;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!utilization)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    u = j_get(dev.gpu, "utilization");
+    if (dev.mig || !sim_number(u, "gpu", &gpu) || !sim_number(u, "memory", &memory))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    utilization->gpu = (unsigned int)gpu;
+    utilization->memory = (unsigned int)memory;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+static nvmlReturn_t sim_clocks_event_reasons(const sim_device *dev, unsigned long long *reasons)
+{
+    long long value;
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->mig || !sim_number(dev->gpu, "clocksEventReasons", &value))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = (unsigned long long)value;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(sim_clocks_event_reasons(&dev, reasons));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(sim_clocks_event_reasons(&dev, reasons));
+}
+
+/* -------------------------------------------------------------- health */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, "persistenceMode", value);
+    if (!mode)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *mode = value ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+    const jval *ecc;
+    long long cur, pend;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!current || !pending)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    ecc = j_get(dev.gpu, "ecc");
+    if (!sim_number(ecc, "enabled", &cur))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_number(ecc, "pendingEnabled", &pend))
+        pend = cur;
+    *current = cur ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    *pending = pend ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                                    nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
+{
+    static const char *keys[2][2] = {
+        {"correctedVolatile", "correctedAggregate"},
+        {"uncorrectedVolatile", "uncorrectedAggregate"},
+    };
+    const jval *ecc;
+    long long enabled, value;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!eccCounts || (unsigned int)errorType > 1 || (unsigned int)counterType > 1)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    ecc = j_get(dev.gpu, "ecc");
+    if (!sim_number(ecc, "enabled", &enabled) || !enabled)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_number(ecc, keys[errorType][counterType], &value))
+        value = 0;
+    *eccCounts = (unsigned long long)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, "retiredPagesPending", value);
+    if (!isPending)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *isPending = value ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                                  unsigned int *isPending, unsigned int *failureOccurred)
+{
+    const jval *rows;
+    long long corr = 0, unc = 0, pending = 0, failed = 0;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    rows = j_get(dev.gpu, "remappedRows");
+    if (!rows)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    sim_number(rows, "correctable", &corr);
+    sim_number(rows, "uncorrectable", &unc);
+    sim_number(rows, "pending", &pending);
+    sim_number(rows, "failed", &failed);
+    *corrRows = (unsigned int)corr;
+    *uncRows = (unsigned int)unc;
+    *isPending = pending ? 1 : 0;
+    *failureOccurred = failed ? 1 : 0;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!values || valuesCount < 0)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    for (int i = 0; i < valuesCount; i++) {
+        long long value;
+        nvmlFieldValue_t *fv = &values[i];
+        fv->timestamp = 0;
+        fv->latencyUsec = 0;
+        fv->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        if (fv->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION &&
+            sim_number(dev.gpu, "recoveryAction", &value)) {
+            fv->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            fv->value.uiVal = (unsigned int)value;
+            fv->nvmlReturn = NVML_SUCCESS;
+        }
+    }
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* ----------------------------------------------------------------- MIG */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    const jval *mig;
+    long long cur, pend;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!currentMode || !pendingMode)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    mig = j_get(dev.gpu, "migMode");
+    if (dev.mig || !sim_number(mig, "current", &cur))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_number(mig, "pending", &pend))
+        pend = cur;
+    *currentMode = cur ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    *pendingMode = pend ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!isMigDevice)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *isMigDevice = dev.mig ? 1 : 0;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                           nvmlDevice_t *migDevice)
+{
+    long long max_devices, current = 0;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!migDevice || dev.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    sim_number(j_get(dev.gpu, "migMode"), "current", &current);
+    if (!current)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!sim_number(dev.gpu, "maxMigDevices", &max_devices) || max_devices > SIM_MAX_MIG)
+        max_devices = SIM_MAX_MIG;
+    if (index >= (unsigned long long)max_devices)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!j_at(j_get(dev.gpu, "migDevices"), index))
+        SIM_RETURN(NVML_ERROR_NOT_FOUND);
+    *migDevice = (nvmlDevice_t)&sim_mig_handles[dev.index][index];
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    SIM_DEVICE_CALL(migDevice, dev);
+    if (!device || !dev.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *device = (nvmlDevice_t)&sim_gpu_handles[dev.index];
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+static nvmlReturn_t sim_mig_number(const sim_device *dev, const char *key, unsigned int *out)
+{
+    long long value;
+    if (!out || !dev->mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!sim_number(dev->mig, key, &value))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *out = (unsigned int)value;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(sim_mig_number(&dev, "gpuInstanceId", id));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(sim_mig_number(&dev, "computeInstanceId", id));
+}
+
+/* ----------------------------------------------------------- processes */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_t *infos)
+{
+    const jval *list;
+    unsigned int n, i = 0;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!infoCount)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    list = j_get(dev.mig ? dev.mig : dev.gpu, "processes");
+    if (!list)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    n = j_len(list);
+    if (*infoCount < n || (n && !infos)) {
+        *infoCount = n;
+        SIM_RETURN(n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
+    }
+    for (const jval *p = list->child; p; p = p->next, i++) {
+        long long pid = 0, used = 0;
+        sim_number(p, "pid", &pid);
+        sim_number(p, "usedGpuMemory", &used);
+        infos[i].pid = (unsigned int)pid;
+        infos[i].usedGpuMemory = (unsigned long long)used;
+        infos[i].gpuInstanceId = 0xFFFFFFFFu;
+        infos[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    *infoCount = n;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------ simulator only */
+
+SIM_EXPORT unsigned long long nvmlsimCallCount(void)
+{
+    unsigned long long calls;
+    pthread_mutex_lock(&sim_lock);
+    calls = sim_calls;
+    pthread_mutex_unlock(&sim_lock);
+    return calls;
+}
+
+SIM_EXPORT void nvmlsimResetCallCount(void)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_calls = 0;
+    pthread_mutex_unlock(&sim_lock);
+}
