@@ -1,0 +1,45 @@
+"""Fixtures shared by the unit and integration tests.
+
+The NVML simulator (tests/nvml_simulator) stands in for the driver's
+libnvidia-ml.so.1; ``make`` builds it into build/nvml-simulator. In-process
+tests need it on LD_LIBRARY_PATH when Python starts (``make unit`` does that);
+subprocess tests get it through the environment they are started with.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import pytest
+
+from support import SIMULATOR_DIR, scenario_path
+
+
+@pytest.fixture
+def nvml_simulator(monkeypatch):
+    """The simulator as loaded in this process; call it with a scenario name to switch.
+
+    Refuses to run against a real libnvidia-ml.so.1, which on a GPU machine would
+    otherwise answer instead and make every expectation wrong.
+    """
+    try:
+        library = ctypes.CDLL("libnvidia-ml.so.1")
+        library.nvmlsimCallCount.restype = ctypes.c_ulonglong
+    except (OSError, AttributeError):
+        pytest.fail(
+            "the NVML simulator is not what loads as libnvidia-ml.so.1 in this process: "
+            "run these tests through `make unit` (it builds %s and sets LD_LIBRARY_PATH)" % SIMULATOR_DIR
+        )
+
+    class Simulator:
+        def use(self, name):
+            monkeypatch.setenv("NVMLSIM_CONFIG", str(scenario_path(name)))
+
+        @staticmethod
+        def calls():
+            return library.nvmlsimCallCount()
+
+        @staticmethod
+        def reset_calls():
+            library.nvmlsimResetCallCount()
+
+    return Simulator()

@@ -1,0 +1,75 @@
+"""Runs the collection through the real ansible and ansible-playbook commands.
+
+SCV_GPU_ANSIBLE_VENVS lists the virtual environments to test with, one per
+ansible-core line (``make integration`` passes .venv and, where Python 3.11
+exists beside a newer Python, .venv-ansible-2.19). Every test runs once per
+environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from support import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
+
+
+def _venvs():
+    listed = os.environ.get("SCV_GPU_ANSIBLE_VENVS", "").split()
+    return [pathlib.Path(v) for v in listed] or [pathlib.Path(sys.prefix)]
+
+
+class Ansible:
+    """One virtual environment's ansible commands, run against localhost."""
+
+    def __init__(self, venv):
+        self.venv = venv
+        self.python = venv / "bin" / "python"
+        self.version = subprocess.run(
+            [str(self.python), "-c", "import ansible.release as r; print(r.__version__)"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+
+    def env(self, scenario=None, simulator=True):
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "NVMLSIM_CONFIG")}
+        env.update(ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_NOCOWS="1", ANSIBLE_FORCE_COLOR="0",
+                   ANSIBLE_LOCAL_TEMP=str(ROOT / "build" / "ansible-tmp"))
+        if simulator:
+            assert (SIMULATOR_DIR / "libnvidia-ml.so.1").is_file(), "build the simulator first: make simulator"
+            env["LD_LIBRARY_PATH"] = str(SIMULATOR_DIR)
+        if scenario:
+            env["NVMLSIM_CONFIG"] = str(scenario_path(scenario))
+        return env
+
+    def module(self, args=None, scenario=None, simulator=True, check=False, interpreter=None):
+        """Runs scv.gpu.gpu_facts ad hoc; returns (succeeded, result)."""
+        command = [
+            str(self.venv / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-o",
+            "-m", "scv.gpu.gpu_facts",
+            "-e", "ansible_python_interpreter=%s" % (interpreter or self.python),
+        ]
+        if args:
+            command += ["-a", json.dumps(args)]
+        if check:
+            command.append("--check")
+        done = subprocess.run(command, env=self.env(scenario, simulator), capture_output=True, text=True, check=False)
+        head, sep, payload = done.stdout.partition(" => ")
+        assert sep, "unexpected ansible output:\n%s\n%s" % (done.stdout, done.stderr)
+        return head.endswith("SUCCESS"), json.loads(payload)
+
+    def playbook(self, playbook, scenario, *extra):
+        command = [
+            str(self.venv / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+            "-e", "ansible_python_interpreter=%s" % self.python, str(ROOT / playbook),
+        ] + list(extra)
+        return subprocess.run(command, env=self.env(scenario), capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="session", params=_venvs(), ids=lambda v: v.name)
+def ansible(request):
+    return Ansible(request.param)

@@ -1,0 +1,137 @@
+"""The NVML reader, in-process, driven through the real pynvml and the NVML simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils import _nvml
+from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import GATHER_SUBSETS
+
+import scenario_expectations as expected
+
+ALL = list(GATHER_SUBSETS)
+
+
+@pytest.mark.parametrize("scenario", sorted(expected.BY_SCENARIO))
+def test_scenario_field_by_field(nvml_simulator, scenario):
+    nvml_simulator.use(scenario)
+    facts = _nvml.collect(ALL)
+    want = expected.BY_SCENARIO[scenario]
+    assert set(facts) == set(want)
+    for key in want:
+        if key != "cardList":
+            assert facts[key] == want[key], key
+    assert len(facts["cardList"]) == len(want["cardList"])
+    for card, want_card in zip(facts["cardList"], want["cardList"]):
+        assert card == want_card, "card %s" % want_card["id"]
+
+
+def test_titan_xp_matches_scv_readme(nvml_simulator):
+    nvml_simulator.use("titan_xp")
+    card = _nvml.collect(ALL)["cardList"][0]
+    assert (card["bandwidth"], card["clock"], card["core"], card["power"]) == (15760, 5705, 1911, 250)
+    assert (card["id"], card["model"], card["health"]) == (0, "TITAN Xp", "Healthy")
+
+
+def test_every_health_reason_on_its_own_card(nvml_simulator):
+    nvml_simulator.use("health_reasons")
+    cards = _nvml.collect(ALL)["cardList"]
+    assert [card["healthReasons"] for card in cards] == expected.HEALTH_REASONS
+    assert [card["health"] for card in cards] == [
+        "Unhealthy" if reasons else "Healthy" for reasons in expected.HEALTH_REASONS
+    ]
+
+
+def test_failed_query_leaves_the_field_out_but_keeps_the_others(nvml_simulator):
+    nvml_simulator.use("health_reasons")
+    card = _nvml.collect(ALL)["cardList"][5]   # memory info answers UNKNOWN
+    assert "totalMemory" not in card and "freeMemory" not in card
+    assert (card["clock"], card["core"], card["power"], card["bandwidth"]) == (1215, 1440, 165, 31504)
+
+
+def test_card_needing_reset_is_not_queried_further(nvml_simulator):
+    nvml_simulator.use("health_reasons")
+    card = _nvml.collect(ALL)["cardList"][6]   # max clock answers RESET_REQUIRED
+    assert card["totalMemory"] == 24576
+    assert "clock" not in card and "power" not in card and "temperature" not in card
+
+
+def test_gather_subset_min_leaves_out_optional_parts(nvml_simulator):
+    nvml_simulator.use("a100_mig")
+    card = _nvml.collect([])["cardList"][0]
+    for key in ("temperature", "gpuUtilization", "memoryUtilization", "powerDraw",
+                "migEnabled", "migPendingEnabled", "migDevices", "processCount"):
+        assert key not in card
+    # health and the SCV fields stay
+    assert card["health"] == "Healthy" and card["bandwidth"] == 31504 and card["eccEnabled"] is True
+
+
+def test_gather_subset_costs_fewer_nvml_calls(nvml_simulator):
+    nvml_simulator.use("h100_sxm_x8")
+    nvml_simulator.reset_calls()
+    _nvml.collect(ALL)
+    everything = nvml_simulator.calls()
+    nvml_simulator.reset_calls()
+    _nvml.collect([])
+    minimum = nvml_simulator.calls()
+    # Per card: temperature, utilization, power draw, MIG mode and one process
+    # query, which takes a second call (count, then fill) on the 5 of the 8
+    # cards that run processes (card i runs i % 3).
+    with_processes = sum(1 for i in range(8) if i % 3)
+    assert everything - minimum == 8 * 5 + with_processes
+
+
+def _write_scenario(path, devices):
+    path.write_text(json.dumps({"driverVersion": "550.54.15", "devices": devices}))
+
+
+def test_nvml_calls_grow_linearly_with_cards(nvml_simulator, tmp_path, monkeypatch):
+    with open(expected.__file__.replace("scenario_expectations.py", "nvml_simulator/scenarios/h100_sxm_x8.json")) as f:
+        h100 = json.load(f)["devices"][0]
+    counts = {}
+    for n in (0, 1, 8):
+        scenario = tmp_path / ("n%d.json" % n)
+        _write_scenario(scenario, [h100] * n)
+        monkeypatch.setenv("NVMLSIM_CONFIG", str(scenario))
+        nvml_simulator.reset_calls()
+        facts = _nvml.collect(ALL)
+        counts[n] = nvml_simulator.calls()
+        assert facts["cardNumber"] == n
+    per_card = counts[1] - counts[0]
+    assert per_card > 0
+    assert counts[8] - counts[0] == 8 * per_card
+
+
+def test_scenario_change_is_seen_by_a_running_process(nvml_simulator, tmp_path, monkeypatch):
+    """The agent keeps NVML open; the simulator must serve changes without a new nvmlInit."""
+    import pynvml
+
+    with open(expected.__file__.replace("scenario_expectations.py", "nvml_simulator/scenarios/titan_xp.json")) as f:
+        doc = json.load(f)
+    scenario = tmp_path / "live.json"
+    scenario.write_text(json.dumps(doc))
+    monkeypatch.setenv("NVMLSIM_CONFIG", str(scenario))
+    pynvml.nvmlInit()
+    try:
+        before = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).free
+        doc["devices"][0]["memory"]["free"] -= 1024 * 1024 * 1024
+        replacement = tmp_path / "live.json.new"
+        replacement.write_text(json.dumps(doc))
+        os.replace(replacement, scenario)
+        after = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).free
+    finally:
+        pynvml.nvmlShutdown()
+    assert before - after == 1024 * 1024 * 1024
+
+
+def test_unreadable_scenario_makes_nvml_unavailable_not_a_crash(nvml_simulator, tmp_path, monkeypatch):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"devices": [ {"name": "x",, } ]}')
+    monkeypatch.setenv("NVMLSIM_CONFIG", str(broken))
+    facts = _nvml.collect(ALL)
+    assert facts["nvml_available"] is False
+    assert facts["nvml_error"] == "NVML could not be initialised: Unknown Error"
+    assert facts["cardList"] == []
