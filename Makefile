@@ -113,7 +113,7 @@ sanity: $(VENV_STAMP)
 
 .PHONY: lint
 lint: $(VENV_STAMP) $(COLLECTION_LINK)
-	$(VENV)/bin/ansible-lint --offline
+	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/ansible-lint --offline
 
 .PHONY: unit
 unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)

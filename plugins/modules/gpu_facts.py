@@ -22,7 +22,10 @@ description:
     index as C(Unhealthy), with the reasons; every other card is still reported.
     A query that a card does not support leaves that field out.
 author:
-  - scv.gpu contributors
+  - scv.gpu contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 requirements:
   - nvidia-ml-py (imported as C(pynvml)) on the target host
   - the NVIDIA driver's C(libnvidia-ml.so.1) on the target host, for any card to be reported
