@@ -62,7 +62,7 @@ def measure_collection(library, path, subsets, repeats):
     _nvml.collect(subsets)  # warm-up: imports, first dlsym lookups
     timings = []
     calls = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         library.nvmlsimResetCallCount()
         start = time.perf_counter()
         facts = _nvml.collect(subsets)
@@ -78,7 +78,7 @@ def measure_playbook(repeats):
     command = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
                "-e", "ansible_python_interpreter=%s" % sys.executable, str(ROOT / "playbooks" / "gpu_facts.yml")]
     timings = []
-    for _ in range(repeats):
+    for _repeat in range(repeats):
         start = time.perf_counter()
         subprocess.run(command, env=env, check=True, capture_output=True)
         timings.append(time.perf_counter() - start)
@@ -92,18 +92,18 @@ def main():
     args = parser.parse_args()
 
     library = simulator()
-    print("Machine: %s, %s, Python %s, %d CPUs" % (platform.node(), platform.processor() or platform.machine(),
-                                                  platform.python_version(), os.cpu_count()))
+    machine = platform.processor() or platform.machine()
+    print("Machine: %s, %s, Python %s, %d CPUs" % (platform.node(), machine, platform.python_version(), os.cpu_count()))
     print()
     print("| GPUs | gather_subset | median per collection | per GPU | NVML calls | calls per GPU |")
     print("| ---: | --- | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as directory:
         empty = node_scenario(directory, 0)
         for label, subsets in (("all", list(GATHER_SUBSETS)), ("min", [])):
-            _, base_calls, _ = measure_collection(library, empty, subsets, 20)
+            base_calls = measure_collection(library, empty, subsets, 20)[1]
             for count in (1, 8, 64):
-                median, calls, cards = measure_collection(library, node_scenario(directory, count), subsets,
-                                                          args.repeats)
+                scenario = node_scenario(directory, count)
+                median, calls, cards = measure_collection(library, scenario, subsets, args.repeats)
                 assert cards == count
                 print("| %d | %s | %.3f ms | %.3f ms | %d | %.1f |" % (
                     count, label, median * 1000, median * 1000 / count, calls, (calls - base_calls) / count))

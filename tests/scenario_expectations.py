@@ -305,6 +305,8 @@ HEALTH_REASONS = [
     ["GPU requires a reset before it can be used again"],
     [],
     ["memory pages are pending retirement: reset the GPU or reboot the node"],
+    # a driver before r535: the query is only known by its older name
+    ["hardware thermal slowdown: the GPU is too hot and its clocks are cut"],
 ]
 
 BY_SCENARIO = {

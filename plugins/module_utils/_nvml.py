@@ -141,6 +141,16 @@ class _CardReader:
             return None
 
 
+def _clock_event_reasons(handle):
+    try:
+        return pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+    except pynvml.NVMLError as error:
+        if _error_code(error) != _FUNCTION_NOT_FOUND:
+            raise
+    # Drivers before the r535 branch know only the older name of the same query.
+    return pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+
+
 def _read_health(reader, card):
     reasons = reader.reasons
     ecc = reader.query("ECC mode", pynvml.nvmlDeviceGetEccMode)
@@ -191,7 +201,7 @@ def _read_health(reader, card):
             reasons.append("%s after a critical XID error"
                            % _RECOVERY_ACTIONS.get(action, "the driver asks for recovery action %d" % action))
 
-    event_reasons = reader.query("clock event reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
+    event_reasons = reader.query("clock event reasons", _clock_event_reasons)
     if event_reasons is not None:
         if event_reasons & _HW_THERMAL_SLOWDOWN:
             reasons.append("hardware thermal slowdown: the GPU is too hot and its clocks are cut")

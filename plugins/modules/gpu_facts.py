@@ -52,6 +52,10 @@ attributes:
     details: The module changes nothing, so it has nothing to show.
   facts:
     support: full
+  platform:
+    support: full
+    platforms: linux
+    details: NVML is loaded as libnvidia-ml.so.1, the NVIDIA driver's library on Linux.
 notes:
   - The node totals C(cardNumber), C(totalMemorySum) and C(freeMemorySum) and every card field
     use SCV's names (camelCase) so the fact can be published as an C(Scv) status as it is.
