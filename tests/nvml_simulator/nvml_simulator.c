@@ -879,15 +879,22 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d
 
 /* -------------------------------------------------------------- health */
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
-{
-    SIM_DEVICE_CALL(device, dev);
-    SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, "persistenceMode", value);
-    if (!mode)
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    *mode = value ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-    SIM_RETURN(NVML_SUCCESS);
-}
+/* Device queries that answer an enable state from a 0/1 number in the scenario. */
+#define SIM_ENABLE_STATE_QUERY(function, key)                                      \
+    SIM_EXPORT nvmlReturn_t function(nvmlDevice_t device, nvmlEnableState_t *out)  \
+    {                                                                              \
+        SIM_DEVICE_CALL(device, dev);                                              \
+        if (dev.mig)                                                               \
+            SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);                                  \
+        SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, key, value);                            \
+        if (!out)                                                                  \
+            SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                               \
+        *out = value ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;               \
+        SIM_RETURN(NVML_SUCCESS);                                                  \
+    }
+
+SIM_ENABLE_STATE_QUERY(nvmlDeviceGetPersistenceMode, "persistenceMode")
+SIM_ENABLE_STATE_QUERY(nvmlDeviceGetRetiredPagesPendingStatus, "retiredPagesPending")
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
 {
@@ -926,16 +933,6 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMem
     if (!sim_number(ecc, keys[errorType][counterType], &value))
         value = 0;
     *eccCounts = (unsigned long long)value;
-    SIM_RETURN(NVML_SUCCESS);
-}
-
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
-{
-    SIM_DEVICE_CALL(device, dev);
-    SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, "retiredPagesPending", value);
-    if (!isPending)
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    *isPending = value ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     SIM_RETURN(NVML_SUCCESS);
 }
 
