@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from support import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
+from support import COLLECTIONS, ROOT, SIMULATOR_DIR, install_scv_crd, scenario_path
 
 
 def _venvs():
@@ -46,21 +46,26 @@ class Ansible:
             env["NVMLSIM_CONFIG"] = str(scenario_path(scenario))
         return env
 
-    def module(self, args=None, scenario=None, simulator=True, check=False, interpreter=None):
-        """Runs scv.gpu.gpu_facts ad hoc; returns (succeeded, result)."""
+    def module(self, args=None, scenario=None, simulator=True, check=False, interpreter=None,
+               name="scv.gpu.gpu_facts", diff=False):
+        """Runs a module ad hoc on localhost; returns (succeeded, result)."""
         command = [
-            str(self.venv / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-o",
-            "-m", "scv.gpu.gpu_facts",
+            str(self.venv / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+            "-m", name,
             "-e", "ansible_python_interpreter=%s" % (interpreter or self.python),
         ]
         if args:
             command += ["-a", json.dumps(args)]
         if check:
             command.append("--check")
+        if diff:
+            command.append("--diff")
         done = subprocess.run(command, env=self.env(scenario, simulator), capture_output=True, text=True, check=False)
+        self.last_output = done.stdout + done.stderr
         head, sep, payload = done.stdout.partition(" => ")
         assert sep, "unexpected ansible output:\n%s\n%s" % (done.stdout, done.stderr)
-        return head.endswith("SUCCESS"), json.loads(payload)
+        result, _end = json.JSONDecoder().raw_decode(payload)
+        return head.rsplit("\n", 1)[-1].endswith(("SUCCESS", "CHANGED")), result
 
     def playbook(self, playbook, scenario, *extra):
         command = [
@@ -73,3 +78,51 @@ class Ansible:
 @pytest.fixture(scope="session", params=_venvs(), ids=lambda v: v.name)
 def ansible(request):
     return Ansible(request.param)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    """A real etcd + kube-apiserver on 127.0.0.1 for the whole session, stopped even when tests fail."""
+    from control_plane import ControlPlane
+
+    plane = ControlPlane(tmp_path_factory.mktemp("control-plane") / "plane")
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def scv_crd(control_plane):
+    """The Scv CRD, installed (again, if a test removed it)."""
+    install_scv_crd(control_plane)
+    return control_plane
+
+
+class ApiRequests:
+    """Counts from kube-apiserver's apiserver_request_total for Scv objects."""
+
+    def __init__(self, plane):
+        self.plane = plane
+
+    def snapshot(self):
+        metrics = self.plane.kubectl("get", "--raw", "/metrics").stdout
+        counts = {}
+        for line in metrics.splitlines():
+            if not line.startswith("apiserver_request_total{") or 'resource="scvs"' not in line:
+                continue
+            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
+            labels = {key: value.strip('"') for key, value in labels.items()}
+            key = (labels["verb"], labels.get("subresource", ""), labels.get("dry_run", ""))
+            counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
+
+    @staticmethod
+    def delta(before, after):
+        return {key: after[key] - before.get(key, 0) for key in after if after[key] != before.get(key, 0)}
+
+
+@pytest.fixture
+def api_requests(control_plane):
+    return ApiRequests(control_plane)
