@@ -28,6 +28,8 @@ SIM_DIR := $(BUILD)/nvml-simulator
 SIM := $(SIM_DIR)/libnvidia-ml.so.1
 SCENARIOS := $(ROOT)/tests/nvml_simulator/scenarios
 DEMO_SCENARIO ?= $(SCENARIOS)/h100_sxm_x8.json
+CLUSTER_DIR := $(BUILD)/cluster
+DEMO_CLUSTER_DIR := $(BUILD)/demo-cluster
 
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_NOCOWS := 1
@@ -41,7 +43,9 @@ help:
 	@echo "make lint         ansible-lint, production profile"
 	@echo "make unit         pytest tests/unit"
 	@echo "make integration  pytest tests/integration, on every ansible-core line available"
-	@echo "make benchmark    benchmarks/gpu_facts.py (figures for docs/benchmarks.md)"
+	@echo "make cluster      start a local kube-apiserver + etcd (admin kubeconfig in build/cluster)"
+	@echo "make cluster-stop stop it"
+	@echo "make benchmark    benchmarks/*.py (figures for docs/benchmarks.md)"
 	@echo "make clean        remove build/ (make distclean: the virtual environments too)"
 
 # ---------------------------------------------------------------- environments
@@ -81,14 +85,32 @@ $(SIM): tests/nvml_simulator/nvml_simulator.c $(VENV_STAMP)
 .PHONY: simulator
 simulator: $(SIM)
 
+# kube-apiserver, kubectl and etcd from the pinned Go module, built once into ~/.cache/scv-gpu.
+.PHONY: control-plane
+control-plane:
+	tools/control-plane/build
+
+.PHONY: cluster cluster-stop
+cluster: $(VENV_STAMP) control-plane
+	$(VENV)/bin/python tests/control_plane.py start $(CLUSTER_DIR)
+cluster-stop: $(VENV_STAMP)
+	$(VENV)/bin/python tests/control_plane.py stop $(CLUSTER_DIR)
+
 # ---------------------------------------------------------------------- demo
 
 .PHONY: demo
-demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
+demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	@echo "Simulated GPUs from $(DEMO_SCENARIO) (set DEMO_SCENARIO=... for another node)"
-	LD_LIBRARY_PATH=$(SIM_DIR) NVMLSIM_CONFIG=$(DEMO_SCENARIO) \
-	  $(VENV)/bin/ansible-playbook -i localhost, -c local \
-	  -e ansible_python_interpreter=$(VENV)/bin/python playbooks/gpu_facts.yml
+	$(VENV)/bin/python tests/control_plane.py stop $(DEMO_CLUSTER_DIR) >/dev/null
+	$(VENV)/bin/python tests/control_plane.py start $(DEMO_CLUSTER_DIR)
+	trap '$(VENV)/bin/python tests/control_plane.py stop $(DEMO_CLUSTER_DIR)' EXIT; \
+	export LD_LIBRARY_PATH=$(SIM_DIR) NVMLSIM_CONFIG=$(DEMO_SCENARIO); \
+	$(VENV)/bin/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(VENV)/bin/python \
+	  playbooks/gpu_facts.yml; \
+	$(VENV)/bin/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(VENV)/bin/python \
+	  -e scv_publish_kubeconfig=$(DEMO_CLUSTER_DIR)/admin.kubeconfig playbooks/scv.yml; \
+	echo; echo "$$ kubectl get scv"; \
+	"$$(tools/control-plane/build)/kubectl" --kubeconfig $(DEMO_CLUSTER_DIR)/admin.kubeconfig get scv
 
 # --------------------------------------------------------------------- tests
 
@@ -106,8 +128,11 @@ sanity: $(VENV_STAMP)
 	  print(re.search(r"pip=.([0-9.]+).", src).group(1))'); \
 	mkdir -p ~/.ansible/test/cache; \
 	cp tools/ansible-test-get-pip.py ~/.ansible/test/cache/get_pip_$${pip_version//./_}.py
-	rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
+	rm -rf $(BUILD)/sanity && mkdir -p $(SANITY_ROOT) $(BUILD)/sanity/ansible_collections/kubernetes
 	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t $(SANITY_ROOT)
+	# the scv module's docs and imports come from kubernetes.core, which ansible-test finds beside us
+	cp -r $$($(VENV)/bin/python -c 'import ansible_collections.kubernetes.core as c; print(list(c.__path__)[0])') \
+	  $(BUILD)/sanity/ansible_collections/kubernetes/
 	cd $(SANITY_ROOT) && git init -q && git add -A && \
 	  PATH=$(dir $(PYTHON)):$$PATH $(VENV)/bin/ansible-test sanity --venv --python $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') --color no
 
@@ -120,7 +145,7 @@ unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python -m pytest tests/unit
 
 .PHONY: integration
-integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM)
+integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	SCV_GPU_ANSIBLE_VENVS="$(VENV)$(if $(COMPAT_PYTHON), $(COMPAT_VENV))" \
 	  $(VENV)/bin/python -m pytest tests/integration
 

@@ -271,11 +271,11 @@ class ControlPlane:
         if path.exists():
             return path
         cert, key = CertificateAuthority.load(pki).issue(stem, user, group)
+        cluster = {"server": self.server, "certificate-authority": self.state["ca"]}
         path.write_text(json.dumps({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "scv-test", "cluster": {"server": self.server,
-                                                           "certificate-authority": self.state["ca"]}}],
+            "clusters": [{"name": "scv-test", "cluster": cluster}],
             "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
             "contexts": [{"name": stem, "context": {"cluster": "scv-test", "user": user}}],
             "current-context": stem,

@@ -355,3 +355,27 @@ def test_control_plane_authorizers(control_plane):
     assert plane.kubectl("auth", "can-i", "get", "nodes", kubeconfig=nobody, check=False).stdout.strip() == "no"
     resources = plane.kubectl("api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name").stdout
     assert "validatingadmissionpolicies.admissionregistration.k8s.io" in resources.split()
+
+
+def test_role_publishes_and_a_second_run_changes_nothing(ansible, scv_crd, tmp_path):
+    plane = scv_crd
+    name = node_name(ansible, "role")
+    plane.kubectl("delete", "scv", name, "--ignore-not-found")
+    command = ("playbooks/scv.yml", "titan_xp", "-e", "scv_publish_kubeconfig=%s" % plane.admin_kubeconfig,
+               "-e", "scv_publish_node_name=%s" % name)
+    first = ansible.playbook(*command)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert get_scv(plane, name)["status"]["cardList"] == [SCV_CARD]
+    second = ansible.playbook(*command)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", second.stdout), second.stdout
+
+
+def test_role_rejects_bad_variables_before_anything_runs(ansible, scv_crd, api_requests):
+    plane = scv_crd
+    before = api_requests.snapshot()
+    done = ansible.playbook("playbooks/scv.yml", "titan_xp", "-e", "scv_publish_kubeconfig=%s" % plane.admin_kubeconfig,
+                            "-e", "scv_publish_state=gone")
+    assert done.returncode != 0
+    assert "scv_publish_state" in done.stdout and "gone" in done.stdout
+    assert api_requests.delta(before, api_requests.snapshot()) == {}
