@@ -151,9 +151,12 @@ integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-pla
 
 # ----------------------------------------------------------------- benchmark
 
-.PHONY: benchmark
-benchmark: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
+.PHONY: benchmark benchmark-gpu-facts benchmark-scv
+benchmark: benchmark-gpu-facts benchmark-scv
+benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
+benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
+	$(VENV)/bin/python benchmarks/scv_publish.py
 
 .PHONY: clean distclean
 clean:

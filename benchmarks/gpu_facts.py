@@ -6,7 +6,7 @@ the NVML calls it makes per GPU, for gather_subset=all and =min; then the
 wall time of a whole `ansible-playbook playbooks/gpu_facts.yml` run on
 localhost. Prints a Markdown table for docs/benchmarks.md.
 
-Run it with `make benchmark` (it builds the simulator and puts it on
+Run it with `make benchmark-gpu-facts` (it builds the simulator and puts it on
 LD_LIBRARY_PATH, which has to be set before Python starts).
 """
 
