@@ -806,9 +806,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClock
     SIM_RETURN(NVML_SUCCESS);
 }
 
-/* Device queries that answer one unsigned int straight from the scenario. */
-#define SIM_UINT_QUERY(function, key)                                         \
-    SIM_EXPORT nvmlReturn_t function(nvmlDevice_t device, unsigned int *out)  \
+/* Device queries that answer one scalar from a number in the scenario, converted by `convert`. */
+#define SIM_SCALAR_QUERY(function, type, key, convert)                        \
+    SIM_EXPORT nvmlReturn_t function(nvmlDevice_t device, type *out)          \
     {                                                                         \
         SIM_DEVICE_CALL(device, dev);                                         \
         if (dev.mig)                                                          \
@@ -816,9 +816,14 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClock
         SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, key, value);                       \
         if (!out)                                                             \
             SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                          \
-        *out = (unsigned int)value;                                           \
+        *out = convert(value);                                                \
         SIM_RETURN(NVML_SUCCESS);                                             \
     }
+
+#define SIM_AS_UINT(value) ((unsigned int)(value))
+#define SIM_AS_ENABLE_STATE(value) ((value) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED)
+#define SIM_UINT_QUERY(function, key) SIM_SCALAR_QUERY(function, unsigned int, key, SIM_AS_UINT)
+#define SIM_ENABLE_STATE_QUERY(function, key) SIM_SCALAR_QUERY(function, nvmlEnableState_t, key, SIM_AS_ENABLE_STATE)
 
 SIM_UINT_QUERY(nvmlDeviceGetPowerManagementLimit, "powerLimit")
 SIM_UINT_QUERY(nvmlDeviceGetEnforcedPowerLimit, "powerLimit")
@@ -878,20 +883,6 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d
 }
 
 /* -------------------------------------------------------------- health */
-
-/* Device queries that answer an enable state from a 0/1 number in the scenario. */
-#define SIM_ENABLE_STATE_QUERY(function, key)                                      \
-    SIM_EXPORT nvmlReturn_t function(nvmlDevice_t device, nvmlEnableState_t *out)  \
-    {                                                                              \
-        SIM_DEVICE_CALL(device, dev);                                              \
-        if (dev.mig)                                                               \
-            SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);                                  \
-        SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, key, value);                            \
-        if (!out)                                                                  \
-            SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                               \
-        *out = value ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;               \
-        SIM_RETURN(NVML_SUCCESS);                                                  \
-    }
 
 SIM_ENABLE_STATE_QUERY(nvmlDeviceGetPersistenceMode, "persistenceMode")
 SIM_ENABLE_STATE_QUERY(nvmlDeviceGetRetiredPagesPendingStatus, "retiredPagesPending")
