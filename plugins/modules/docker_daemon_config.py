@@ -1,0 +1,241 @@
+#!/usr/bin/python
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: docker_daemon_config
+short_description: Merge the NVIDIA runtime and other settings into Docker's daemon.json without losing any
+version_added: 0.1.0
+description:
+  - Merges C(runtimes.nvidia) (the NVIDIA container runtime), optionally C(default-runtime=nvidia), and
+    any other settings into Docker's C(daemon.json).
+  - Every key the module does not set is kept as it was, including nested objects such as C(features),
+    other runtimes, and keys this module has never heard of.
+  - A missing or empty file counts as C({}). A file that is not valid JSON, whose top level is not an
+    object, or that gives a key twice in one object, is refused with the file and position named, and
+    left untouched.
+  - The file is written atomically (a temporary file renamed over it), keeping its owner and mode,
+    only when its content changes.
+  - Before writing, the module reads the dockerd command line from the systemd unit and its
+    drop-ins (expanding variables such as C($DOCKER_OPTS) from C(EnvironmentFile)). A setting that
+    would end up both in daemon.json and as a dockerd flag stops Docker from starting, so the module
+    fails and names both instead.
+author:
+  - scv.gpu contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.files
+options:
+  path:
+    description: The daemon.json to merge into.
+    type: path
+    default: /etc/docker/daemon.json
+  runtime_path:
+    description: The NVIDIA container runtime's executable, written to C(runtimes.nvidia.path).
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  runtime_args:
+    description: C(runtimes.nvidia.runtimeArgs).
+    type: list
+    elements: str
+    default: []
+  default_runtime:
+    description:
+      - V(true) makes C(nvidia) Docker's default runtime, which SCV and the Volcano vGPU device plugin need.
+      - V(false) removes C(default-runtime) if it names C(nvidia), and leaves any other default alone.
+    type: bool
+    default: true
+  settings:
+    description:
+      - More daemon.json settings to merge, for example C(exec-opts), C(log-driver), C(log-opts),
+        C(storage-driver), C(registry-mirrors), C(insecure-registries).
+      - Objects merge key by key with what the file holds; lists and scalars replace it.
+    type: dict
+    default: {}
+  backup:
+    description: Keep a timestamped copy of the previous file when it changes.
+    type: bool
+    default: false
+  check_unit_flags:
+    description: Refuse to write a setting that dockerd also gets as a command-line flag from its systemd unit.
+    type: bool
+    default: true
+  unit:
+    description: The systemd unit that runs dockerd.
+    type: str
+    default: docker.service
+  unit_search_paths:
+    description: Where to look for the unit and its C(.d) drop-ins, in systemd's order of precedence.
+    type: list
+    elements: path
+    default: [/etc/systemd/system, /run/systemd/system, /usr/local/lib/systemd/system, /usr/lib/systemd/system, /lib/systemd/system]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - Docker reads daemon.json only when it starts; restart it (the scv.gpu.container_toolkit role's handler
+    does, only when the file changed).
+  - The file keeps its indentation and key order; new keys are appended.
+seealso:
+  - name: Docker daemon configuration file
+    description: The keys daemon.json accepts.
+    link: https://docs.docker.com/reference/cli/dockerd/#daemon-configuration-file
+"""
+
+EXAMPLES = r"""
+- name: Make nvidia Docker's default runtime, keeping every other setting
+  scv.gpu.docker_daemon_config:
+  register: daemon_json
+
+- name: Restart Docker when daemon.json changed
+  ansible.builtin.systemd_service:
+    name: docker
+    state: restarted
+  when: daemon_json is changed
+
+- name: The seeds' daemon.json settings, merged
+  scv.gpu.docker_daemon_config:
+    backup: true
+    settings:
+      exec-opts: ["native.cgroupdriver=systemd"]
+      log-driver: json-file
+      log-opts:
+        max-size: 100m
+      storage-driver: overlay2
+      registry-mirrors: ["https://mirror.example.com"]
+      insecure-registries: ["registry.example.com:5000"]
+
+- name: Add the nvidia runtime without making it the default
+  scv.gpu.docker_daemon_config:
+    default_runtime: false
+"""
+
+RETURN = r"""
+path:
+  description: The file merged into.
+  returned: always
+  type: str
+  sample: /etc/docker/daemon.json
+config:
+  description: The daemon.json document after the merge (what the file holds, or would hold in check mode).
+  returned: always
+  type: dict
+  sample: {"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}}}
+backup_file:
+  description: The copy of the previous file.
+  returned: when O(backup=true) and the file changed
+  type: str
+  sample: /etc/docker/daemon.json.12345.2026-11-22@04:00:00~
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_native
+
+from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
+    DaemonJsonError,
+    conflicts,
+    dockerd_flags,
+    merge,
+    parse,
+    render,
+    unit_files,
+)
+
+
+def read(path):
+    try:
+        with open(path, "rb") as current:
+            return current.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as error:
+        raise DaemonJsonError("%s is not UTF-8 text (byte %d); fix it, the file was left untouched"
+                              % (path, error.start)) from error
+
+
+def write_atomically(module, path, text):
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    handle, temporary = tempfile.mkstemp(prefix=".daemon.json.", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as new:
+            new.write(to_bytes(text))
+        # atomic_move keeps an existing file's owner, mode and SELinux context
+        module.atomic_move(temporary, path, unsafe_writes=module.params["unsafe_writes"])
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/etc/docker/daemon.json"),
+            runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
+            runtime_args=dict(type="list", elements="str", default=[]),
+            default_runtime=dict(type="bool", default=True),
+            settings=dict(type="dict", default={}),
+            backup=dict(type="bool", default=False),
+            check_unit_flags=dict(type="bool", default=True),
+            unit=dict(type="str", default="docker.service"),
+            unit_search_paths=dict(type="list", elements="path", default=[
+                "/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+                "/usr/lib/systemd/system", "/lib/systemd/system"]),
+        ),
+        add_file_common_args=True,
+        supports_check_mode=True,
+    )
+    params = module.params
+    path = params["path"]
+    try:
+        previous = read(path)
+        document = parse(previous or "", path)
+        merged = merge(document, params["runtime_path"], params["runtime_args"], params["default_runtime"],
+                       params["settings"])
+        if params["check_unit_flags"]:
+            files = unit_files(params["unit"], params["unit_search_paths"])
+            clashes = conflicts(merged, dockerd_flags(files))
+            if clashes:
+                raise DaemonJsonError(
+                    "%s would set %s, which dockerd also gets as a flag (%s); Docker refuses to start with a "
+                    "setting in both places. Remove the flag from the unit (a drop-in with an empty ExecStart= "
+                    "and a new one) or leave the setting out of daemon.json; nothing was written"
+                    % (path, ", ".join(key for key, _flag in clashes), "; ".join(flag for _key, flag in clashes)))
+    except DaemonJsonError as error:
+        module.fail_json(msg=str(error), path=path)
+    except OSError as error:
+        module.fail_json(msg="cannot read %s: %s" % (path, to_native(error)), path=path)
+
+    changed = previous is None or merged != document
+    text = render(merged, previous or "") if changed else previous
+    result = dict(changed=changed, path=path, config=merged)
+    if module._diff:
+        result["diff"] = dict(before=previous or "", after=text, before_header=path, after_header=path)
+    if changed and not module.check_mode:
+        if params["backup"] and previous is not None:
+            result["backup_file"] = module.backup_local(path)
+        try:
+            write_atomically(module, path, text)
+        except OSError as error:
+            module.fail_json(msg="cannot write %s: %s" % (path, to_native(error)), path=path)
+    file_args = module.load_file_common_arguments(params)
+    if not module.check_mode or os.path.exists(path):
+        result["changed"] = module.set_fs_attributes_if_different(file_args, result["changed"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The daemon.json merge: properties over random documents (hypothesis), and the edge cases."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
+    DaemonJsonError,
+    conflicts,
+    dockerd_flags,
+    merge,
+    parse,
+    render,
+    unit_files,
+)
+
+RUNTIME = "/usr/bin/nvidia-container-runtime"
+
+# Keys Docker users really have, plus arbitrary ones; values are any JSON.
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+known_keys = st.sampled_from(["features", "log-driver", "log-opts", "exec-opts", "storage-driver", "data-root",
+                              "registry-mirrors", "insecure-registries", "runtimes", "default-runtime", "hosts"])
+keys = known_keys | st.text(min_size=1, max_size=10)
+other_runtimes = st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda name: name != "nvidia"),
+                                 st.dictionaries(st.text(max_size=8), json_values, max_size=3), max_size=3)
+
+
+@st.composite
+def daemon_json(draw):
+    document = draw(st.dictionaries(keys, json_values, max_size=8))
+    if draw(st.booleans()):
+        runtimes = draw(other_runtimes)
+        if draw(st.booleans()):
+            runtimes["nvidia"] = draw(st.dictionaries(st.text(max_size=8), json_values, max_size=3))
+        document["runtimes"] = runtimes
+    return document
+
+
+OWNED = {"runtimes", "default-runtime"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=daemon_json(), default_runtime=st.sampled_from([True, False, None]))
+def test_no_foreign_key_is_lost_or_altered(document, default_runtime):
+    if document.get("runtimes") is not None and not isinstance(document["runtimes"], dict):
+        with pytest.raises(DaemonJsonError):   # Docker would not start with it either
+            merge(document, RUNTIME, [], default_runtime, {})
+        return
+    before = json.loads(json.dumps(document))
+    merged = merge(document, RUNTIME, [], default_runtime, {})
+    assert document == before, "merge must not change its input"
+    for key, value in document.items():
+        if key not in OWNED:
+            assert merged[key] == value
+    for name, runtime in (document.get("runtimes") or {}).items():
+        if name != "nvidia":
+            assert merged["runtimes"][name] == runtime
+    assert merged["runtimes"]["nvidia"]["path"] == RUNTIME
+    assert merged["runtimes"]["nvidia"]["runtimeArgs"] == []
+    if default_runtime is True:
+        assert merged["default-runtime"] == "nvidia"
+    elif "default-runtime" in document and document["default-runtime"] != "nvidia":
+        assert merged["default-runtime"] == document["default-runtime"]
+    # nothing is added but the runtime and the default
+    assert set(merged) <= set(document) | OWNED
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=daemon_json(), extra=st.dictionaries(keys, json_values, max_size=4),
+       default_runtime=st.sampled_from([True, False, None]))
+def test_merging_twice_equals_merging_once(document, extra, default_runtime):
+    try:
+        once = merge(document, RUNTIME, ["--debug"], default_runtime, extra)
+    except DaemonJsonError:
+        return
+    assert merge(once, RUNTIME, ["--debug"], default_runtime, extra) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(document=daemon_json())
+def test_render_then_parse_round_trips(document):
+    assert parse(render(document), "daemon.json") == document
+
+
+@settings(max_examples=200, deadline=None)
+@given(document=daemon_json(), extra=st.dictionaries(known_keys, json_values, max_size=3))
+def test_settings_merge_objects_and_replace_the_rest(document, extra):
+    extra.pop("runtimes", None)
+    extra.pop("default-runtime", None)
+    assume(document.get("runtimes") is None or isinstance(document["runtimes"], dict))
+    merged = merge(document, RUNTIME, [], None, extra)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(document.get(key), dict):
+            for inner, inner_value in document[key].items():
+                if inner not in value:
+                    assert merged[key][inner] == inner_value
+        else:
+            assert merged[key] == value
+
+
+SEED = {   # the daemon.json the seeds ask for, beside unrelated keys
+    "exec-opts": ["native.cgroupdriver=systemd"],
+    "log-driver": "json-file",
+    "log-opts": {"max-size": "100m"},
+    "storage-driver": "overlay2",
+    "registry-mirrors": ["https://mirror.example.com"],
+    "insecure-registries": ["registry.example.com:5000"],
+    "features": {"buildkit": True, "containerd-snapshotter": False},
+    "runtimes": {"crun": {"path": "/usr/bin/crun"}},
+    "custom-key": {"nested": [1, 2, {"deep": None}]},
+}
+
+
+def test_seed_settings_survive():
+    merged = merge(SEED, RUNTIME, [], True, {})
+    assert merged == dict(SEED, runtimes={"crun": {"path": "/usr/bin/crun"},
+                                          "nvidia": {"path": RUNTIME, "runtimeArgs": []}},
+                          **{"default-runtime": "nvidia"})
+
+
+def test_default_runtime_false_removes_only_nvidia():
+    assert "default-runtime" not in merge({"default-runtime": "nvidia"}, RUNTIME, [], False, {})
+    assert merge({"default-runtime": "crun"}, RUNTIME, [], False, {})["default-runtime"] == "crun"
+
+
+def test_settings_merge_log_opts_key_by_key():
+    merged = merge({"log-opts": {"max-size": "10m", "max-file": "3"}}, RUNTIME, [], None,
+                   {"log-opts": {"max-size": "100m"}, "registry-mirrors": ["https://b"]})
+    assert merged["log-opts"] == {"max-size": "100m", "max-file": "3"}
+    assert merged["registry-mirrors"] == ["https://b"]
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "{}"])
+def test_empty_is_an_empty_object(text):
+    assert parse(text, "/etc/docker/daemon.json") == {}
+
+
+def test_invalid_json_names_file_and_position():
+    with pytest.raises(DaemonJsonError) as error:
+        parse('{\n  "log-driver": "json-file",\n  "debug": tru\n}', "/etc/docker/daemon.json")
+    assert str(error.value).startswith("/etc/docker/daemon.json is not valid JSON: Expecting value at line 3, "
+                                       "column 12")
+    assert "left untouched" in str(error.value)
+
+
+@pytest.mark.parametrize("text, kind", [("[1, 2]", "list"), ('"nvidia"', "str"), ("3", "int")])
+def test_non_object_is_refused(text, kind):
+    with pytest.raises(DaemonJsonError) as error:
+        parse(text, "/etc/docker/daemon.json")
+    assert "holds a JSON %s at the top level" % kind in str(error.value)
+
+
+def test_duplicate_key_is_refused():
+    with pytest.raises(DaemonJsonError) as error:
+        parse('{"debug": true, "debug": false}', "/x/daemon.json")
+    assert str(error.value).startswith('/x/daemon.json: the key "debug" appears more than once')
+
+
+def test_render_keeps_indentation_and_order():
+    previous = '{\n  "b": 1,\n  "a": {\n    "x": 2\n  }\n}\n'
+    merged = merge(parse(previous, "f"), RUNTIME, [], True, {})
+    text = render(merged, previous)
+    assert text.startswith('{\n  "b": 1,\n  "a": {\n    "x": 2\n  },\n  "runtimes"')
+    assert list(json.loads(text)) == ["b", "a", "runtimes", "default-runtime"]
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def test_flags_come_from_the_effective_exec_start(tmp_path):
+    lib, etc = str(tmp_path / "lib"), str(tmp_path / "etc")
+    env = str(tmp_path / "default-docker")
+    write(env, 'DOCKER_OPTS="--default-runtime=runc --log-opt max-size=1m"\n')
+    write(os.path.join(lib, "docker.service"),
+          "[Unit]\nDescription=Docker\n[Service]\nEnvironmentFile=-%s\n"
+          "ExecStart=/usr/sbin/dockerd -H fd:// $DOCKER_OPTS\n" % env)
+    files = unit_files("docker.service", [etc, lib])
+    flags = dockerd_flags(files)
+    assert set(flags) == {"hosts", "default-runtime", "log-opts"}
+    assert flags["default-runtime"] == "%s: --default-runtime" % files[0]
+    assert conflicts({"default-runtime": "nvidia", "debug": True}, flags) == [
+        ("default-runtime", "%s: --default-runtime" % files[0])]
+
+    # a drop-in that resets ExecStart replaces the command line
+    write(os.path.join(etc, "docker.service.d", "10-plain.conf"),
+          "[Service]\nExecStart=\nExecStart=/usr/sbin/dockerd \\\n  --containerd=/run/containerd/containerd.sock\n")
+    files = unit_files("docker.service", [etc, lib])
+    assert files == [os.path.join(lib, "docker.service"), os.path.join(etc, "docker.service.d", "10-plain.conf")]
+    assert set(dockerd_flags(files)) == {"containerd"}
+
+
+def test_no_unit_no_flags(tmp_path):
+    assert unit_files("docker.service", [str(tmp_path)]) == []
+    assert dockerd_flags([]) == {}

@@ -1,0 +1,169 @@
+"""docker_daemon_config's main(), in-process, on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.scv.gpu.plugins.modules import docker_daemon_config
+
+SEED = {
+    "exec-opts": ["native.cgroupdriver=systemd"],
+    "log-driver": "json-file",
+    "log-opts": {"max-size": "100m"},
+    "storage-driver": "overlay2",
+    "registry-mirrors": ["https://mirror.example.com"],
+    "insecure-registries": ["registry.example.com:5000"],
+    "features": {"buildkit": True},
+    "runtimes": {"crun": {"path": "/usr/bin/crun"}},
+    "x-site-owned": {"keep": [1, "me"]},
+}
+NVIDIA = {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}
+
+
+@pytest.fixture
+def paths(tmp_path):
+    units = tmp_path / "units"
+    units.mkdir()
+    return tmp_path / "docker" / "daemon.json", units
+
+
+def run(capsys, args):
+    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
+        docker_daemon_config.main()
+    return exit_info.value.code, json.loads(capsys.readouterr().out)
+
+
+def args_for(paths, **extra):
+    path, units = paths
+    return dict(path=str(path), unit_search_paths=[str(units)], **extra)
+
+
+def snapshot(path):
+    info = path.stat()
+    return path.read_bytes(), info.st_mtime_ns, info.st_ino
+
+
+def test_missing_file_is_created(capsys, paths):
+    path, _units = paths
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is True
+    assert json.loads(path.read_text()) == {"runtimes": {"nvidia": NVIDIA}, "default-runtime": "nvidia"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~current_umask()
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_seed_settings_and_foreign_keys_are_kept_and_rerun_changes_nothing(capsys, paths):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text(json.dumps(SEED, indent=2))
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is True
+    on_disk = json.loads(path.read_text())
+    expected = json.loads(json.dumps(SEED))
+    expected["runtimes"]["nvidia"] = NVIDIA
+    expected["default-runtime"] = "nvidia"
+    assert on_disk == expected
+    assert path.read_text().startswith('{\n  "exec-opts"')     # indentation kept
+    before = snapshot(path)
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is False
+    assert snapshot(path) == before
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"debug": true,,}', "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 16"),
+    ('["not", "an", "object"]', "holds a JSON list at the top level"),
+    ('{"a": 1, "a": 2}', 'the key "a" appears more than once'),
+])
+def test_bad_file_is_refused_and_left_untouched(capsys, paths, text, message):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text(text)
+    before = snapshot(path)
+    code, result = run(capsys, args_for(paths))
+    assert code == 1
+    assert result["msg"].startswith(str(path))
+    assert message in result["msg"]
+    assert snapshot(path) == before
+    assert sorted(os.listdir(path.parent)) == ["daemon.json"]   # no temporary file left behind
+
+
+def test_owner_and_mode_are_kept(capsys, paths):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text("{}")
+    os.chmod(path, 0o600)
+    os.chown(path, 65534, 65534)
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is True
+    info = path.stat()
+    assert (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (0o600, 65534, 65534)
+
+
+def test_backup_keeps_the_previous_file(capsys, paths):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text('{"debug": true}\n')
+    code, result = run(capsys, args_for(paths, backup=True))
+    assert code == 0 and result["changed"] is True
+    with open(result["backup_file"], encoding="utf-8") as backup:
+        assert backup.read() == '{"debug": true}\n'
+
+
+def test_check_mode_and_diff_write_nothing(capsys, paths):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text('{\n    "debug": true\n}\n')
+    before = snapshot(path)
+    code, result = run(capsys, args_for(paths, _ansible_check_mode=True, _ansible_diff=True))
+    assert code == 0 and result["changed"] is True
+    assert snapshot(path) == before
+    assert result["diff"]["before"] == '{\n    "debug": true\n}\n'
+    assert json.loads(result["diff"]["after"]) == {"debug": True, "runtimes": {"nvidia": NVIDIA},
+                                                   "default-runtime": "nvidia"}
+
+
+def test_check_mode_on_a_fresh_host(capsys, paths):
+    path, _units = paths
+    code, result = run(capsys, args_for(paths, _ansible_check_mode=True))
+    assert code == 0 and result["changed"] is True
+    assert not path.exists()
+
+
+def test_setting_also_given_as_dockerd_flag_fails_before_writing(capsys, paths):
+    path, units = paths
+    (units / "docker.service").write_text(
+        "[Service]\nExecStart=/usr/bin/dockerd -H fd:// --default-runtime=runc --log-driver journald\n")
+    path.parent.mkdir()
+    path.write_text('{"log-driver": "json-file"}')
+    before = snapshot(path)
+    code, result = run(capsys, args_for(paths))
+    assert code == 1
+    assert result["msg"].startswith("%s would set default-runtime, log-driver, which dockerd also gets as a flag"
+                                    % path)
+    assert "%s: --default-runtime" % (units / "docker.service") in result["msg"]
+    assert snapshot(path) == before
+    code, result = run(capsys, args_for(paths, check_unit_flags=False))
+    assert code == 0 and result["changed"] is True
+
+
+def test_extra_settings_merge(capsys, paths):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text('{"log-opts": {"max-file": "3"}, "default-runtime": "crun"}')
+    code, result = run(capsys, args_for(paths, default_runtime=False,
+                                        settings={"log-opts": {"max-size": "100m"}, "storage-driver": "overlay2"}))
+    assert code == 0, result
+    assert json.loads(path.read_text()) == {
+        "log-opts": {"max-file": "3", "max-size": "100m"}, "default-runtime": "crun",
+        "storage-driver": "overlay2", "runtimes": {"nvidia": NVIDIA}}
