@@ -115,7 +115,7 @@ demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 # --------------------------------------------------------------------- tests
 
 .PHONY: test
-test: sanity lint unit integration
+test: sanity lint unit integration molecule
 
 # ansible-test must run from ansible_collections/<namespace>/<name> and, to set
 # up its virtual environments, wants a pip bootstrap script it would download;
@@ -148,6 +148,19 @@ unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	SCV_GPU_ANSIBLE_VENVS="$(VENV)$(if $(COMPAT_PYTHON), $(COMPAT_VENV))" \
 	  $(VENV)/bin/python -m pytest tests/integration
+
+# Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
+# the Debian image once, build-apt-repo the signed stand-in toolkit repository.
+APT_REPO := $(BUILD)/apt-repo
+MOLECULE_SCENARIOS := container_toolkit_docker
+.PHONY: molecule
+molecule: $(VENV_STAMP) $(COLLECTION_LINK)
+	tests/molecule/prepare-host
+	tests/molecule/build-apt-repo $(APT_REPO)
+	for scenario in $(MOLECULE_SCENARIOS); do \
+	  SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) PATH=$(VENV)/bin:$$PATH \
+	    $(VENV)/bin/molecule test -s $$scenario || exit 1; \
+	done
 
 # ----------------------------------------------------------------- benchmark
 
