@@ -152,7 +152,7 @@ integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-pla
 # Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
 # the Debian image once, build-apt-repo the signed stand-in toolkit repository.
 APT_REPO := $(BUILD)/apt-repo
-MOLECULE_SCENARIOS := container_toolkit_docker
+MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd
 .PHONY: molecule
 molecule: $(VENV_STAMP) $(COLLECTION_LINK)
 	tests/molecule/prepare-host

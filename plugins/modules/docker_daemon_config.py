@@ -138,10 +138,9 @@ backup_file:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_bytes, to_native
+from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
     DaemonJsonError,
@@ -152,6 +151,7 @@ from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
     render,
     unit_files,
 )
+from ansible_collections.scv.gpu.plugins.module_utils._files import write_atomically
 
 
 def read(path):
@@ -163,21 +163,6 @@ def read(path):
     except UnicodeDecodeError as error:
         raise DaemonJsonError("%s is not UTF-8 text (byte %d); fix it, the file was left untouched"
                               % (path, error.start)) from error
-
-
-def write_atomically(module, path, text):
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    handle, temporary = tempfile.mkstemp(prefix=".daemon.json.", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as new:
-            new.write(to_bytes(text))
-        # atomic_move keeps an existing file's owner, mode and SELinux context
-        module.atomic_move(temporary, path, unsafe_writes=module.params["unsafe_writes"])
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
 
 
 def main():

@@ -1,0 +1,174 @@
+#!/usr/bin/python
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: containerd_runtime
+short_description: Add the NVIDIA runtime to containerd's CRI configuration, keeping every other line
+version_added: 0.1.0
+description:
+  - Adds the C(nvidia) runtime (C(runtime_type = "io.containerd.runc.v2"), C(BinaryName) the NVIDIA
+    container runtime) to the CRI plugin of containerd's C(config.toml), for config version 2
+    (containerd 1.x) and 3 (containerd 2.x).
+  - runc's C(SystemdCgroup) option is carried over to the nvidia runtime, so both use the same cgroup driver.
+  - Optionally makes C(nvidia) the default runtime (C(default_runtime_name)).
+  - The file is edited in place, key by key; every other line and comment stays as it was. A drop-in
+    under C(imports) is not used, because containerd 1.x replaces the whole CRI section with an
+    imported file's and loses the main file's settings.
+  - When the file is missing or empty, it starts from C(containerd config default).
+  - The result is checked with a TOML parser before anything is written; a file this module cannot
+    edit safely is refused with the reason, untouched.
+author:
+  - scv.gpu contributors (!UNKNOWN)
+requirements:
+  - Python 3.11 or newer on the managed host (tomllib)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+options:
+  path:
+    description: containerd's configuration file.
+    type: path
+    default: /etc/containerd/config.toml
+  runtime_path:
+    description: The NVIDIA container runtime's executable (C(BinaryName)).
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  default_runtime:
+    description:
+      - V(true) sets C(default_runtime_name = "nvidia").
+      - V(false) puts it back to C(runc) if it was C(nvidia), and leaves any other default alone.
+    type: bool
+    default: false
+  containerd:
+    description: The containerd executable, used for C(config default) when the file is missing or empty.
+    type: path
+    default: containerd
+  backup:
+    description: Keep a timestamped copy of the previous file when it changes.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - containerd reads its configuration when it starts; restart it (the scv.gpu.container_toolkit role's
+    handler does, only when the file changed).
+seealso:
+  - module: scv.gpu.docker_daemon_config
+"""
+
+EXAMPLES = r"""
+- name: Add the nvidia runtime to containerd
+  scv.gpu.containerd_runtime:
+  register: containerd_config
+
+- name: Restart containerd when its configuration changed
+  ansible.builtin.systemd_service:
+    name: containerd
+    state: restarted
+  when: containerd_config is changed
+
+- name: Make nvidia containerd's default runtime
+  scv.gpu.containerd_runtime:
+    default_runtime: true
+    backup: true
+"""
+
+RETURN = r"""
+path:
+  description: The file edited.
+  returned: always
+  type: str
+  sample: /etc/containerd/config.toml
+version:
+  description: The config version (2 for containerd 1.x, 3 for containerd 2.x).
+  returned: success
+  type: int
+  sample: 2
+settings:
+  description: The settings the module ensures, as table, key and value.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"table": 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia', "key": "runtime_type",
+            "value": "io.containerd.runc.v2"}]
+backup_file:
+  description: The copy of the previous file.
+  returned: when O(backup=true) and the file changed
+  type: str
+  sample: /etc/containerd/config.toml.1234.2026-11-22@05:00:00~
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.scv.gpu.plugins.module_utils._containerd import (
+    ContainerdConfigError,
+    add_runtime,
+    parse,
+    table_header,
+)
+from ansible_collections.scv.gpu.plugins.module_utils._files import write_atomically
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/etc/containerd/config.toml"),
+            runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
+            default_runtime=dict(type="bool", default=False),
+            containerd=dict(type="path", default="containerd"),
+            backup=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params["path"]
+    try:
+        with open(path, "rb") as current:
+            previous = current.read().decode("utf-8")
+    except FileNotFoundError:
+        previous = None
+    except (OSError, UnicodeDecodeError) as error:
+        module.fail_json(msg="cannot read %s: %s" % (path, to_native(error)), path=path)
+
+    base = previous
+    if not (previous or "").strip():
+        containerd = module.get_bin_path(module.params["containerd"])
+        if containerd is None:
+            module.fail_json(msg="%s is missing and containerd (%s) is not installed to write a default one; "
+                                 "install containerd first" % (path, module.params["containerd"]), path=path)
+        rc, base, err = module.run_command([containerd, "config", "default"])
+        if rc != 0:
+            module.fail_json(msg="containerd config default failed (%d): %s" % (rc, err), path=path)
+    try:
+        text, settings = add_runtime(base, path, module.params["runtime_path"], module.params["default_runtime"])
+    except ContainerdConfigError as error:
+        module.fail_json(msg=str(error), path=path)
+
+    changed = text != previous
+    result = dict(changed=changed, path=path, version=parse(text, path)["version"],
+                  settings=[dict(table=table_header(table)[1:-1], key=key, value=value)
+                            for table, key, value in settings])
+    if module._diff:
+        result["diff"] = dict(before=previous or "", after=text, before_header=path, after_header=path)
+    if changed and not module.check_mode:
+        if module.params["backup"] and previous is not None:
+            result["backup_file"] = module.backup_local(path)
+        try:
+            write_atomically(module, path, text)
+        except OSError as error:
+            module.fail_json(msg="cannot write %s: %s" % (path, to_native(error)), path=path)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

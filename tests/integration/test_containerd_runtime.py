@@ -1,0 +1,148 @@
+"""containerd_runtime, in-process, with every result read back by a real containerd (`config dump`).
+
+The containerd binary is Debian's package, unpacked under build/ (`apt-get download`), or the
+one on PATH. Only `containerd config dump` and `config default` run: no daemon is started.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import tomllib
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.scv.gpu.plugins.module_utils._containerd import add_runtime
+from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
+from support import ROOT
+
+NVIDIA = "/usr/bin/nvidia-container-runtime"
+CRI = ("plugins", "io.containerd.grpc.v1.cri", "containerd")
+
+
+@pytest.fixture(scope="session")
+def containerd():
+    found = shutil.which("containerd")
+    if found:
+        return pathlib.Path(found)
+    unpacked = ROOT / "build" / "containerd"
+    binary = unpacked / "usr" / "bin" / "containerd"
+    if not binary.exists():
+        unpacked.mkdir(parents=True, exist_ok=True)
+        download = ["apt-get", "download", "containerd"]
+        if subprocess.run(download, cwd=unpacked, capture_output=True, check=False).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True)
+            subprocess.run(download, cwd=unpacked, check=True, capture_output=True)
+        package = next(unpacked.glob("containerd_*.deb"))
+        subprocess.run(["dpkg-deb", "-x", str(package), str(unpacked)], check=True)
+    return binary
+
+
+def dump(containerd, path):
+    done = subprocess.run([str(containerd), "--config", str(path), "config", "dump"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return tomllib.loads(done.stdout)
+
+
+def cri(config):
+    return config["plugins"]["io.containerd.grpc.v1.cri"]
+
+
+@pytest.fixture
+def site_config(containerd, tmp_path):
+    """Debian containerd's default config as a site tuned it: systemd cgroups, its own pause image."""
+    text = subprocess.run([str(containerd), "config", "default"], capture_output=True, text=True, check=True).stdout
+    assert "SystemdCgroup = false" in text
+    text = text.replace("SystemdCgroup = false", "SystemdCgroup = true")
+    text = text.replace('sandbox_image = "registry.k8s.io/pause:3.6"', 'sandbox_image = "registry.example.com/pause:3.9"')
+    text = "# site comment: keep me\n" + text
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def run(capsys, args):
+    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
+        containerd_runtime.main()
+    return exit_info.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_runtime_added_and_everything_else_kept(capsys, containerd, site_config):
+    before_text = site_config.read_text()
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd)))
+    assert code == 0 and result["changed"] is True and result["version"] == 2, result
+    config = dump(containerd, site_config)
+    runtimes = cri(config)["containerd"]["runtimes"]
+    assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    assert runtimes["nvidia"]["options"]["BinaryName"] == NVIDIA
+    assert runtimes["nvidia"]["options"]["SystemdCgroup"] is True        # carried over from runc
+    assert runtimes["runc"]["options"]["SystemdCgroup"] is True          # runc kept
+    assert cri(config)["sandbox_image"] == "registry.example.com/pause:3.9"
+    assert cri(config)["containerd"]["default_runtime_name"] == "runc"
+    after_text = site_config.read_text()
+    assert after_text.startswith(before_text)                            # only appended: every line kept
+    code, again = run(capsys, dict(path=str(site_config), containerd=str(containerd)))
+    assert code == 0 and again["changed"] is False
+    assert site_config.read_text() == after_text
+
+
+def test_default_runtime_on_and_off(capsys, containerd, site_config):
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
+    assert code == 0 and result["changed"] is True
+    assert cri(dump(containerd, site_config))["containerd"]["default_runtime_name"] == "nvidia"
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=False))
+    assert code == 0 and result["changed"] is True
+    config = dump(containerd, site_config)
+    assert cri(config)["containerd"]["default_runtime_name"] == "runc"
+    assert "nvidia" in cri(config)["containerd"]["runtimes"]
+
+
+def test_missing_file_starts_from_containerd_defaults(capsys, containerd, tmp_path):
+    path = tmp_path / "etc" / "containerd" / "config.toml"
+    code, result = run(capsys, dict(path=str(path), containerd=str(containerd)))
+    assert code == 0 and result["changed"] is True, result
+    runtimes = cri(dump(containerd, path))["containerd"]["runtimes"]
+    assert runtimes["nvidia"]["options"] == dict(runtimes["nvidia"]["options"], BinaryName=NVIDIA, SystemdCgroup=False)
+    assert "runc" in runtimes
+
+
+def test_check_mode_and_diff_write_nothing(capsys, containerd, site_config):
+    before = site_config.read_bytes()
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd),
+                                    _ansible_check_mode=True, _ansible_diff=True))
+    assert code == 0 and result["changed"] is True
+    assert site_config.read_bytes() == before
+    assert result["diff"]["before"] == before.decode()
+    assert 'BinaryName = "%s"' % NVIDIA in result["diff"]["after"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('version = 2\n[plugins\n', "is not valid TOML"),
+    ('[plugins]\n', "has config version (none)"),
+    ('version = 1\n', "has config version 1"),
+    ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+     'runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }\n', "in a form this module does not edit"),
+])
+def test_unusable_config_is_refused_untouched(capsys, containerd, tmp_path, text, message):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    code, result = run(capsys, dict(path=str(path), containerd=str(containerd)))
+    assert code == 1
+    assert result["msg"].startswith(str(path)) and message in result["msg"]
+    assert path.read_text() == text
+
+
+def test_containerd_2_layout():
+    """Config version 3 puts the runtimes under io.containerd.cri.v1.runtime (no containerd 2 binary here)."""
+    text = ('version = 3\n\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]\n'
+            '  SystemdCgroup = true\n')
+    new, _settings = add_runtime(text, "config.toml", NVIDIA, True)
+    config = tomllib.loads(new)
+    containerd = config["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    assert containerd["default_runtime_name"] == "nvidia"
+    assert containerd["runtimes"]["nvidia"]["options"] == {"BinaryName": NVIDIA, "SystemdCgroup": True}
+    assert containerd["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
