@@ -103,7 +103,7 @@ def set_key(text, table, key, value):
     return "".join(lines)
 
 
-def desired_settings(config, version, binary, default_runtime):
+def desired_settings(config, version, binary, default_runtime, enable_cdi=False):
     """[(table key path, key, value)] that put the nvidia runtime in ``config``."""
     containerd = CRI_CONTAINERD[version]
     nvidia = containerd + ("runtimes", "nvidia")
@@ -118,10 +118,13 @@ def desired_settings(config, version, binary, default_runtime):
         settings.append((containerd, "default_runtime_name", "nvidia"))
     elif lookup(config, containerd + ("default_runtime_name",)) == "nvidia":
         settings.append((containerd, "default_runtime_name", "runc"))
+    if enable_cdi:
+        # enable_cdi belongs to the CRI plugin's own table (containerd 1.7 and later read it)
+        settings.append((containerd[:-1], "enable_cdi", True))
     return settings
 
 
-def add_runtime(text, path, binary, default_runtime):
+def add_runtime(text, path, binary, default_runtime, enable_cdi=False):
     """``(new_text, settings)``: the config with the nvidia runtime; ``text`` when nothing is missing.
 
     Raises ContainerdConfigError when the result would not hold exactly the
@@ -129,7 +132,7 @@ def add_runtime(text, path, binary, default_runtime):
     """
     config = parse(text, path)
     version = config_version(config, path)
-    settings = desired_settings(config, version, binary, default_runtime)
+    settings = desired_settings(config, version, binary, default_runtime, enable_cdi)
     new_text = text
     for table, key, value in settings:
         if lookup(config, table + (key,)) != value:

@@ -43,6 +43,13 @@ options:
       - V(false) puts it back to C(runc) if it was C(nvidia), and leaves any other default alone.
     type: bool
     default: false
+  enable_cdi:
+    description:
+      - Set C(enable_cdi = true) in the CRI plugin, so that containers can ask for devices through CDI
+        (containerd 1.7 and later; 1.6 ignores the key).
+      - V(false) leaves the setting as it is.
+    type: bool
+    default: false
   containerd:
     description: The containerd executable, used for C(config default) when the file is missing or empty.
     type: path
@@ -126,6 +133,7 @@ def main():
             path=dict(type="path", default="/etc/containerd/config.toml"),
             runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
             default_runtime=dict(type="bool", default=False),
+            enable_cdi=dict(type="bool", default=False),
             containerd=dict(type="path", default="containerd"),
             backup=dict(type="bool", default=False),
         ),
@@ -150,7 +158,8 @@ def main():
         if rc != 0:
             module.fail_json(msg="containerd config default failed (%d): %s" % (rc, err), path=path)
     try:
-        text, settings = add_runtime(base, path, module.params["runtime_path"], module.params["default_runtime"])
+        text, settings = add_runtime(base, path, module.params["runtime_path"], module.params["default_runtime"],
+                                     module.params["enable_cdi"])
     except ContainerdConfigError as error:
         module.fail_json(msg=str(error), path=path)
 

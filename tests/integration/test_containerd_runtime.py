@@ -146,3 +146,13 @@ def test_containerd_2_layout():
     assert containerd["default_runtime_name"] == "nvidia"
     assert containerd["runtimes"]["nvidia"]["options"] == {"BinaryName": NVIDIA, "SystemdCgroup": True}
     assert containerd["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
+
+
+def test_enable_cdi(capsys, containerd, site_config):
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), enable_cdi=True))
+    assert code == 0 and result["changed"] is True, result
+    config = tomllib.loads(site_config.read_text())
+    assert cri(config)["enable_cdi"] is True
+    dump(containerd, site_config)   # containerd 1.6 still accepts the file (it ignores the key)
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), enable_cdi=True))
+    assert code == 0 and result["changed"] is False
