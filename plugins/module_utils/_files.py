@@ -33,3 +33,31 @@ def write_atomically(module, path, text):
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def read_text(path):
+    """The file's UTF-8 text, or None when it does not exist (OSError, UnicodeDecodeError otherwise)."""
+    try:
+        with open(path, "rb") as current:
+            return current.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def apply_text(module, path, previous, text, result, backup=False):
+    """Record ``text`` replacing ``previous`` in ``result`` and, outside check mode, write it.
+
+    Adds the before/after diff when the task runs with --diff; when the text
+    changed, keeps a backup (if asked) and writes atomically. Write errors fail
+    the module naming the file.
+    """
+    if module._diff:
+        result["diff"] = dict(before=previous or "", after=text, before_header=path, after_header=path)
+    if text == previous or module.check_mode:
+        return
+    if backup and previous is not None:
+        result["backup_file"] = module.backup_local(path)
+    try:
+        write_atomically(module, path, text)
+    except OSError as error:
+        module.fail_json(msg="cannot write %s: %s" % (path, error), path=path)

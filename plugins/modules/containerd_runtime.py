@@ -124,7 +124,7 @@ from ansible_collections.scv.gpu.plugins.module_utils._containerd import (
     parse,
     table_header,
 )
-from ansible_collections.scv.gpu.plugins.module_utils._files import write_atomically
+from ansible_collections.scv.gpu.plugins.module_utils._files import apply_text, read_text
 
 
 def main():
@@ -141,10 +141,7 @@ def main():
     )
     path = module.params["path"]
     try:
-        with open(path, "rb") as current:
-            previous = current.read().decode("utf-8")
-    except FileNotFoundError:
-        previous = None
+        previous = read_text(path)
     except (OSError, UnicodeDecodeError) as error:
         module.fail_json(msg="cannot read %s: %s" % (path, to_native(error)), path=path)
 
@@ -167,15 +164,7 @@ def main():
     result = dict(changed=changed, path=path, version=parse(text, path)["version"],
                   settings=[dict(table=table_header(table)[1:-1], key=key, value=value)
                             for table, key, value in settings])
-    if module._diff:
-        result["diff"] = dict(before=previous or "", after=text, before_header=path, after_header=path)
-    if changed and not module.check_mode:
-        if module.params["backup"] and previous is not None:
-            result["backup_file"] = module.backup_local(path)
-        try:
-            write_atomically(module, path, text)
-        except OSError as error:
-            module.fail_json(msg="cannot write %s: %s" % (path, to_native(error)), path=path)
+    apply_text(module, path, previous, text, result, module.params["backup"])
     module.exit_json(**result)
 
 

@@ -151,18 +151,7 @@ from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
     render,
     unit_files,
 )
-from ansible_collections.scv.gpu.plugins.module_utils._files import write_atomically
-
-
-def read(path):
-    try:
-        with open(path, "rb") as current:
-            return current.read().decode("utf-8")
-    except FileNotFoundError:
-        return None
-    except UnicodeDecodeError as error:
-        raise DaemonJsonError("%s is not UTF-8 text (byte %d); fix it, the file was left untouched"
-                              % (path, error.start)) from error
+from ansible_collections.scv.gpu.plugins.module_utils._files import apply_text, read_text
 
 
 def main():
@@ -186,7 +175,11 @@ def main():
     params = module.params
     path = params["path"]
     try:
-        previous = read(path)
+        try:
+            previous = read_text(path)
+        except UnicodeDecodeError as error:
+            raise DaemonJsonError("%s is not UTF-8 text (byte %d); fix it, the file was left untouched"
+                                  % (path, error.start)) from error
         document = parse(previous or "", path)
         merged = merge(document, params["runtime_path"], params["runtime_args"], params["default_runtime"],
                        params["settings"])
@@ -207,15 +200,7 @@ def main():
     changed = previous is None or merged != document
     text = render(merged, previous or "") if changed else previous
     result = dict(changed=changed, path=path, config=merged)
-    if module._diff:
-        result["diff"] = dict(before=previous or "", after=text, before_header=path, after_header=path)
-    if changed and not module.check_mode:
-        if params["backup"] and previous is not None:
-            result["backup_file"] = module.backup_local(path)
-        try:
-            write_atomically(module, path, text)
-        except OSError as error:
-            module.fail_json(msg="cannot write %s: %s" % (path, to_native(error)), path=path)
+    apply_text(module, path, previous, text, result, params["backup"])
     file_args = module.load_file_common_arguments(params)
     if not module.check_mode or os.path.exists(path):
         result["changed"] = module.set_fs_attributes_if_different(file_args, result["changed"])
