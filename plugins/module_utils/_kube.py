@@ -140,16 +140,19 @@ class ScvClient:
             options["dry_run"] = "All"
         return options
 
+    def _call_or_missing(self, missing, verb, target, function, **kwargs):
+        """Like _call, but a 404 for an object that does not exist returns ``missing``."""
+        try:
+            return function(**kwargs)
+        except Exception as error:  # pylint: disable=broad-exception-caught
+            if isinstance(error, NotFoundError) and _is_missing_object(error):
+                return missing
+            raise explain(error, verb, target, self.server) from error
+
     def get(self, name):
         """The Scv named ``name`` as a dict, or None when there is none."""
-        try:
-            return self.resource.get(name=name).to_dict()
-        except NotFoundError as error:
-            if _is_missing_object(error):
-                return None
-            raise explain(error, "get", "Scv %s" % name, self.server) from error
-        except Exception as error:  # pylint: disable=broad-exception-caught
-            raise explain(error, "get", "Scv %s" % name, self.server) from error
+        found = self._call_or_missing(None, "get", "Scv %s" % name, self.resource.get, name=name)
+        return None if found is None else found.to_dict()
 
     def create(self, body, check_mode=False):
         name = body["metadata"]["name"]
@@ -167,12 +170,7 @@ class ScvClient:
                           body=body, name=name, **self._write_options(check_mode)).to_dict()
 
     def delete(self, name, check_mode=False):
-        try:
-            self.resource.delete(name=name, **({"dry_run": "All"} if check_mode else {}))
-        except NotFoundError as error:
-            if _is_missing_object(error):
-                return False
-            raise explain(error, "delete", "Scv %s" % name, self.server) from error
-        except Exception as error:  # pylint: disable=broad-exception-caught
-            raise explain(error, "delete", "Scv %s" % name, self.server) from error
-        return True
+        """Delete Scv ``name``; False when there was none."""
+        deleted = self._call_or_missing(False, "delete", "Scv %s" % name, self.resource.delete,
+                                        name=name, **({"dry_run": "All"} if check_mode else {}))
+        return deleted is not False

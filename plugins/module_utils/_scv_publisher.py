@@ -32,13 +32,14 @@ def view(obj):
 
 
 def _retrying_conflicts(function, *args):
-    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+    """``function(*args)``, started over on a 409 up to CONFLICT_ATTEMPTS times in all."""
+    for _retry in range(CONFLICT_ATTEMPTS - 1):
         try:
             return function(*args)
         except ScvApiError as error:
-            if not error.conflict or attempt == CONFLICT_ATTEMPTS:
+            if not error.conflict:
                 raise
-    raise AssertionError("unreachable")
+    return function(*args)
 
 
 def publish(client, name, facts, update_interval, force_spec=False, check_mode=False):

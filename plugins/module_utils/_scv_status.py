@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime
 
+from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import HEALTHY, node_totals
+
 API_VERSION = "core.run-linux.com/v1"
 KIND = "Scv"
 CRD_NAME = "scvs.core.run-linux.com"
@@ -42,13 +44,8 @@ def desired_status(facts):
     for card in sorted(facts.get("cardList", []), key=lambda c: c["id"]):
         entry = {key: card[key] for key in SCV_CARD_FIELDS + EXTRA_CARD_FIELDS if key in card}
         cards.append(_omit_empty(entry, keep=("id",)))
-    status = {
-        "cardList": cards,
-        "cardNumber": len(cards),
-        "healthyCardNumber": sum(1 for card in cards if card.get("health") == "Healthy"),
-        "totalMemorySum": sum(card.get("totalMemory", 0) for card in cards),
-        "freeMemorySum": sum(card.get("freeMemory", 0) for card in cards),
-    }
+    status = dict(node_totals(cards), cardList=cards,
+                  healthyCardNumber=sum(1 for card in cards if card.get("health") == HEALTHY))
     return _omit_empty(status)
 
 
