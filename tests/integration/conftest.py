@@ -21,7 +21,7 @@ from support import COLLECTIONS, ROOT, SIMULATOR_DIR, install_scv_crd, scenario_
 
 def _venvs():
     listed = os.environ.get("SCV_GPU_ANSIBLE_VENVS", "").split()
-    return [pathlib.Path(v) for v in listed] or [pathlib.Path(sys.prefix)]
+    return [pathlib.Path(v).absolute() for v in listed] or [pathlib.Path(sys.prefix)]
 
 
 class Ansible:
@@ -73,6 +73,15 @@ class Ansible:
             "-e", "ansible_python_interpreter=%s" % self.python, str(ROOT / playbook),
         ] + list(extra)
         return subprocess.run(command, env=self.env(scenario), capture_output=True, text=True, check=False)
+
+
+def recap(stdout, host="localhost"):
+    """The PLAY RECAP counters of one host, as ints: {'ok': 3, 'changed': 1, ...}."""
+    for line in stdout.splitlines():
+        name, sep, counters = line.partition(" : ")
+        if sep and name.strip() == host and "ok=" in counters:
+            return {key: int(value) for key, value in (item.split("=") for item in counters.split())}
+    raise AssertionError("no PLAY RECAP line for %s in:\n%s" % (host, stdout))
 
 
 @pytest.fixture(scope="session", params=_venvs(), ids=lambda v: v.name)

@@ -1,0 +1,97 @@
+"""The container_toolkit role's CRI-O drop-in and package choices, through ansible-playbook.
+
+The molecule scenarios cover Docker and containerd in systemd containers. CRI-O has no
+Debian 12 package, and the RHEL path needs an EL host, so these run the role's own task and
+vars files on localhost: the drop-in is written to a temporary folder and read back with a
+TOML parser, the package names are the ones the apt and dnf tasks receive.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from conftest import recap
+from support import ROOT
+
+CRIO_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run the role's CRI-O tasks
+      ansible.builtin.include_role:
+        name: scv.gpu.container_toolkit
+        tasks_from: crio.yml
+"""
+
+PACKAGES_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {root}/roles/container_toolkit/defaults/main.yml
+    - {root}/roles/container_toolkit/vars/main.yml
+  tasks:
+"""
+
+
+def run_crio(ansible, tmp_path, *extra):
+    play = tmp_path / "crio.yml"
+    play.write_text(CRIO_PLAY)
+    dropin = tmp_path / "crio.conf.d" / "99-nvidia.toml"
+    done = ansible.playbook(play, None, "-e", json.dumps({
+        "container_toolkit_crio_dropin": str(dropin),
+        "container_toolkit_restart_runtime": False,
+    }), *extra)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, dropin
+
+
+def test_crio_dropin_check_mode_writes_nothing(ansible, tmp_path):
+    done, dropin = run_crio(ansible, tmp_path, "--check", "--diff")
+    assert recap(done.stdout)["changed"] == 2
+    assert 'runtime_path = "/usr/bin/nvidia-container-runtime"' in done.stdout
+    assert not dropin.parent.exists()
+
+
+def test_crio_dropin_adds_runtime_then_changes_nothing(ansible, tmp_path):
+    first, dropin = run_crio(ansible, tmp_path)
+    assert recap(first.stdout)["changed"] == 2
+    assert tomllib.loads(dropin.read_text()) == {"crio": {"runtime": {
+        "runtimes": {"nvidia": {"runtime_path": "/usr/bin/nvidia-container-runtime", "runtime_type": "oci"}},
+    }}}
+    assert oct(dropin.stat().st_mode & 0o777) == "0o644"
+
+    second = run_crio(ansible, tmp_path)[0]
+    assert recap(second.stdout)["changed"] == 0
+
+
+def test_crio_default_runtime_on_and_off(ansible, tmp_path):
+    # key=value extra vars arrive as the strings "true" and "false", as from many inventories
+    dropin = run_crio(ansible, tmp_path, "-e", "container_toolkit_crio_default_runtime=true")[1]
+    assert tomllib.loads(dropin.read_text())["crio"]["runtime"]["default_runtime"] == "nvidia"
+
+    off = run_crio(ansible, tmp_path, "--diff", "-e", "container_toolkit_crio_default_runtime=false")[0]
+    assert recap(off.stdout)["changed"] == 1
+    assert '-default_runtime = "nvidia"' in off.stdout
+    assert "default_runtime" not in tomllib.loads(dropin.read_text())["crio"]["runtime"]
+
+
+@pytest.mark.parametrize("version, apt, dnf", [
+    ("", ["nvidia-container-toolkit", "nvidia-container-toolkit-base"],
+     ["nvidia-container-toolkit", "nvidia-container-toolkit-base"]),
+    ("1.17.8-1", ["nvidia-container-toolkit=1.17.8-1", "nvidia-container-toolkit-base=1.17.8-1"],
+     ["nvidia-container-toolkit-1.17.8-1", "nvidia-container-toolkit-base-1.17.8-1"]),
+])
+def test_package_names_pin_both_packages(ansible, tmp_path, version, apt, dnf):
+    play = tmp_path / "packages.yml"
+    play.write_text(PACKAGES_PLAY.format(root=ROOT) + """
+    - name: Show the package lists
+      ansible.builtin.debug:
+        msg: "{{ {'apt': container_toolkit_apt_packages, 'dnf': container_toolkit_dnf_packages} | to_json }}"
+""")
+    done = ansible.playbook(play, None, "-e", json.dumps({"container_toolkit_version": version}))
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = json.loads(done.stdout.split('"msg": ', 1)[1].split("\n", 1)[0])
+    assert json.loads(shown) == {"apt": apt, "dnf": dnf}
