@@ -396,3 +396,36 @@ def collect(subsets):
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
+
+
+def probe_library(name="libnvidia-ml.so.1"):
+    """Whether the NVML library loads and answers, without pynvml (which a bare host lacks).
+
+    Returns {'loads': bool, 'driver_version': str or None, 'gpu_count': int or None,
+    'error': str or None}; the error is one of the reasons above where NVML gives one.
+    """
+    import ctypes
+
+    result = {"loads": False, "driver_version": None, "gpu_count": None, "error": None}
+    try:
+        library = ctypes.CDLL(name)
+    except OSError as error:
+        result["error"] = "%s (%s)" % (_UNAVAILABLE_REASONS[_LIBRARY_NOT_FOUND], error)
+        return result
+    code = library.nvmlInit_v2()
+    if code != 0:
+        library.nvmlErrorString.restype = ctypes.c_char_p
+        result["error"] = _UNAVAILABLE_REASONS.get(
+            code, "nvmlInit failed: %s" % library.nvmlErrorString(code).decode(errors="replace"))
+        return result
+    try:
+        version = ctypes.create_string_buffer(96)
+        if library.nvmlSystemGetDriverVersion(version, ctypes.c_uint(len(version))) == 0:
+            result["driver_version"] = version.value.decode(errors="replace")
+        count = ctypes.c_uint(0)
+        if library.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0:
+            result["gpu_count"] = count.value
+    finally:
+        library.nvmlShutdown()
+    result["loads"] = True
+    return result

@@ -1,0 +1,71 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Filters behind the nvidia_driver role's choices (see module_utils/_driver.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.scv.gpu.plugins.module_utils._driver import (
+    PlanError,
+    plan,
+    reboot_decision,
+    reboot_reasons,
+    upstream_version,
+    version_key,
+)
+
+
+def nvidia_driver_plan(facts, branch="", version="", kernel_modules="proprietary", ubuntu_server=True,
+                       secure_boot=False, secure_boot_key_enrolled=False):
+    """The packages, pins, repository choices and commands for the host whose ansible_facts are given."""
+    try:
+        return plan(
+            os_family=facts.get("os_family"),
+            distribution=facts.get("distribution"),
+            major_version=facts.get("distribution_major_version"),
+            kernel=facts.get("kernel"),
+            branch=str(branch or ""),
+            version=str(version or ""),
+            kernel_modules=kernel_modules,
+            ubuntu_server=bool(ubuntu_server),
+            secure_boot=bool(secure_boot),
+            signing_key_enrolled=bool(secure_boot_key_enrolled),
+        )
+    except PlanError as error:
+        raise AnsibleFilterError(str(error)) from None
+
+
+def nvidia_driver_reboot(state, policy, connection, driver_changed=False):
+    """{'reboot': bool, 'reasons': [...], 'message': str} from nvidia_driver_info's result."""
+    reasons = reboot_reasons(state.get("loaded_version"), state.get("installed_version"), state.get("nouveau_loaded"))
+    try:
+        reboot, message = reboot_decision(policy, reasons, connection, bool(driver_changed))
+    except PlanError as error:
+        raise AnsibleFilterError(str(error)) from None
+    return {"reboot": reboot, "reasons": reasons, "message": message}
+
+
+def nvidia_driver_upstream(version):
+    """'1:580.95.05-1~deb12u1' -> '580.95.05' (None when there is no version)."""
+    return upstream_version(version)
+
+
+def nvidia_driver_version_key(version):
+    """A list of integers that sorts driver versions numerically (for sort and comparisons)."""
+    try:
+        return list(version_key(version))
+    except ValueError as error:
+        raise AnsibleFilterError(str(error)) from None
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "nvidia_driver_plan": nvidia_driver_plan,
+            "nvidia_driver_reboot": nvidia_driver_reboot,
+            "nvidia_driver_upstream": nvidia_driver_upstream,
+            "nvidia_driver_version_key": nvidia_driver_version_key,
+        }

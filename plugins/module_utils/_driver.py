@@ -1,0 +1,224 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Choices of the nvidia_driver role, as pure functions (private to the collection).
+
+Which packages, repository, module stream and pins a host gets, and whether a reboot
+must follow an install. The role calls these through the ``scv.gpu.nvidia_driver_plan``
+filter and the ``scv.gpu.nvidia_driver_info`` module, so that every choice can be tested
+without the distribution that makes it.
+"""
+
+from __future__ import annotations
+
+import re
+
+KERNEL_MODULES = ("proprietary", "open")
+
+# The RHEL family releases whose CUDA repository offers the nvidia-driver dnf module.
+EL_MODULE_RELEASES = ("8", "9")
+
+_EPOCH = re.compile(r"^\d+:")
+_UPSTREAM = re.compile(r"^(\d+(?:\.\d+)*)")
+
+
+class PlanError(ValueError):
+    """A combination of settings this role cannot install; the message says what to set."""
+
+
+def upstream_version(version):
+    """The driver's own version from a package version: '1:535.247.01-1~deb12u1' -> '535.247.01'.
+
+    Returns None for None, an empty string, or a version without a leading number.
+    """
+    if not version:
+        return None
+    match = _UPSTREAM.match(_EPOCH.sub("", str(version).strip()))
+    return match.group(1) if match else None
+
+
+def version_key(version):
+    """A tuple that orders driver versions numerically: '535.54.03' < '535.104.05' < '550.54'.
+
+    String comparison gets these wrong ('10' < '8'); this does not.
+    """
+    upstream = upstream_version(version)
+    if upstream is None:
+        raise ValueError("not a driver version: %r" % (version,))
+    return tuple(int(part) for part in upstream.split("."))
+
+
+def same_version(left, right):
+    """True when two versions name the same driver (packaging suffixes and trailing zeros aside)."""
+    try:
+        a, b = list(version_key(left)), list(version_key(right))
+    except ValueError:
+        return False
+    width = max(len(a), len(b))
+    return a + [0] * (width - len(a)) == b + [0] * (width - len(b))
+
+
+def kernel_flavour(kernel):
+    """Ubuntu's kernel flavour from a kernel release: '6.8.0-45-generic' -> 'generic'."""
+    match = re.match(r"^\d+\.\d+\.\d+-\d+-(.+)$", kernel or "")
+    return match.group(1) if match else None
+
+
+def plan(os_family, distribution, major_version, kernel, branch="", version="",
+         kernel_modules="proprietary", ubuntu_server=True, secure_boot=False,
+         signing_key_enrolled=False):
+    """Everything the role installs on one host, as a dict.
+
+    ``packages``: what apt or dnf installs (pinned where a version is set);
+    ``hold``: what apt-mark holds or dnf versionlock locks (only with a version);
+    ``apt_pin``: source package and version for an apt preferences pin, or None;
+    ``dnf_module``: the module stream to enable, or None;
+    ``headers``: the kernel headers package for the running kernel;
+    ``driver_package``: the package whose version is the installed driver's.
+    Raises PlanError for a combination that cannot work, before anything changes.
+    """
+    if kernel_modules not in KERNEL_MODULES:
+        raise PlanError("nvidia_driver_kernel_modules must be one of %s, not %r" % (", ".join(KERNEL_MODULES), kernel_modules))
+    if version:
+        upstream = upstream_version(version)
+        if upstream is None:
+            raise PlanError("nvidia_driver_version %r is not a driver version (such as 580.95.05)" % version)
+        if branch and upstream.split(".")[0] != str(branch):
+            raise PlanError("nvidia_driver_version %s is not on nvidia_driver_branch %s: set one of them, "
+                            "or make them agree" % (version, branch))
+    opened = kernel_modules == "open"
+    if distribution == "Debian":
+        result = _debian(kernel, branch, version, opened)
+    elif distribution == "Ubuntu":
+        result = _ubuntu(kernel, branch, version, opened, ubuntu_server)
+    elif os_family == "RedHat":
+        result = _redhat(str(major_version), kernel, branch, version, opened)
+    else:
+        raise PlanError("nvidia_driver supports Debian, Ubuntu and the RHEL family, not %s (%s)"
+                        % (distribution, os_family))
+    if secure_boot and not result["signed_modules"] and not signing_key_enrolled:
+        raise PlanError(
+            "Secure Boot is enabled on this host, and %s builds the NVIDIA kernel modules with DKMS, "
+            "so they are signed with the host's own machine owner key (MOK), which the firmware does not "
+            "trust yet. Enrol that key first: 'mokutil --import %s', reboot, and confirm the "
+            "enrolment in the MOK manager at the console. Then set "
+            "nvidia_driver_secure_boot_key_enrolled: true. Nothing has been changed."
+            % (distribution, result["mok_public_key"]))
+    return result
+
+
+def _debian(kernel, branch, version, opened):
+    if branch:
+        raise PlanError("Debian ships one driver branch, as nvidia-driver in non-free: leave "
+                        "nvidia_driver_branch empty, and set nvidia_driver_version to pin a version")
+    dkms = "nvidia-open-kernel-dkms" if opened else "nvidia-kernel-dkms"
+    names = ["nvidia-driver", dkms]
+    return {
+        "manager": "apt",
+        "packages": _apt_pinned(names, version) + ["linux-headers-%s" % kernel],
+        "hold": names if version else [],
+        "apt_pin": {"source": "nvidia-graphics-drivers", "version": version} if version else None,
+        "dnf_module": None,
+        "headers": "linux-headers-%s" % kernel,
+        "driver_package": "nvidia-driver",
+        "signed_modules": False,
+        "mok_public_key": "/var/lib/dkms/mok.pub",
+        "initramfs_command": ["update-initramfs", "-u", "-k", "all"],
+    }
+
+
+def _ubuntu(kernel, branch, version, opened, server):
+    branch = branch or (upstream_version(version) or "").split(".")[0]
+    if not branch:
+        raise PlanError("Ubuntu packages the driver per branch (nvidia-driver-<branch>): set nvidia_driver_branch")
+    suffix = ("-server" if server else "") + ("-open" if opened else "")
+    driver = "nvidia-driver-%s%s" % (branch, suffix)
+    flavour = kernel_flavour(kernel)
+    if flavour is None:
+        raise PlanError("cannot tell the Ubuntu kernel flavour of %r (expected a release such as 6.8.0-45-generic)" % kernel)
+    # Canonical's prebuilt modules are signed with its key, which Secure Boot already trusts:
+    # those for the running kernel, and the flavour's package that follows kernel upgrades.
+    modules = ["linux-modules-nvidia-%s%s-%s" % (branch, suffix, name) for name in (kernel, flavour)]
+    source = "nvidia-graphics-drivers-%s%s" % (branch, "-server" if server else "")
+    return {
+        "manager": "apt",
+        "packages": _apt_pinned([driver], version) + modules + ["linux-headers-%s" % kernel],
+        "hold": [driver] if version else [],
+        "apt_pin": {"source": source, "version": version} if version else None,
+        "dnf_module": None,
+        "headers": "linux-headers-%s" % kernel,
+        "driver_package": driver,
+        "signed_modules": True,
+        "mok_public_key": "/var/lib/shim-signed/mok/MOK.der",
+        "initramfs_command": ["update-initramfs", "-u", "-k", "all"],
+    }
+
+
+def _redhat(major, kernel, branch, version, opened):
+    if major not in EL_MODULE_RELEASES:
+        raise PlanError("on the RHEL family this role installs the driver from the CUDA repository's nvidia-driver "
+                        "module, which exists for EL %s, not EL %s" % (" and ".join(EL_MODULE_RELEASES), major))
+    branch = branch or (upstream_version(version) or "").split(".")[0]
+    if not branch:
+        raise PlanError("the nvidia-driver module has one stream per branch: set nvidia_driver_branch (such as 580)")
+    stream = "%s-%s" % (branch, "open" if opened else "dkms")
+    dkms = "kmod-nvidia-open-dkms" if opened else "kmod-nvidia-latest-dkms"
+    names = ["nvidia-driver", "nvidia-driver-cuda", dkms]
+    # A module profile installs the stream's newest build; an exact version names packages
+    # (EL8's 'module install nvidia-driver:<branch>-dkms/<version>' is not a thing).
+    packages = ["%s-%s" % (name, version) for name in names] if version else ["@nvidia-driver:%s/default" % stream]
+    return {
+        "manager": "dnf",
+        "packages": packages + ["kernel-devel-%s" % kernel, "kernel-headers-%s" % kernel],
+        "hold": ["%s-%s" % (name, version) for name in names] if version else [],
+        "apt_pin": None,
+        "dnf_module": "nvidia-driver:%s" % stream,
+        "headers": "kernel-devel-%s" % kernel,
+        "driver_package": "nvidia-driver",
+        "signed_modules": False,
+        "mok_public_key": "/var/lib/dkms/mok.pub",
+        "initramfs_command": ["dracut", "--force", "--regenerate-all"],
+    }
+
+
+def _apt_pinned(names, version):
+    return ["%s=%s" % (name, version) for name in names] if version else list(names)
+
+
+def reboot_reasons(loaded_version, installed_version, nouveau_loaded):
+    """Why the host must reboot before the installed driver runs; an empty list when it need not.
+
+    ``loaded_version``: the nvidia module in the running kernel (None when none is loaded);
+    ``installed_version``: the driver now installed (None when none is);
+    ``nouveau_loaded``: whether nouveau holds the GPUs.
+    With nothing loaded and nouveau absent, the module is simply loaded: no reboot.
+    """
+    reasons = []
+    if nouveau_loaded and installed_version:
+        reasons.append("nouveau is loaded and holds the GPUs; the blacklist takes effect at boot")
+    if loaded_version and installed_version and not same_version(loaded_version, installed_version):
+        reasons.append("the running kernel has driver %s loaded, and %s is installed"
+                       % (upstream_version(loaded_version) or loaded_version,
+                          upstream_version(installed_version) or installed_version))
+    return reasons
+
+
+def reboot_decision(policy, reasons, connection, driver_changed=False):
+    """Whether to reboot now, given the policy (auto, never, always) and the connection type.
+
+    ``always`` reboots after every run that changed the driver (so a rerun does not reboot).
+    Returns (reboot, message): ``message`` tells the user what happens or what to do.
+    """
+    if policy not in ("auto", "never", "always"):
+        raise PlanError("nvidia_driver_reboot must be auto, never or always, not %r" % (policy,))
+    wanted = (policy == "always" and driver_changed) or (policy in ("auto", "always") and bool(reasons))
+    why = "; ".join(reasons) if reasons else "no reboot is needed"
+    if not wanted:
+        if reasons:
+            return False, "a reboot is needed (%s), and nvidia_driver_reboot is never: reboot this host yourself" % why
+        return False, why
+    if connection == "local":
+        return False, ("a reboot is needed (%s), but this play runs over a local connection, which a reboot "
+                       "would cut: reboot this host yourself" % (why if reasons else "nvidia_driver_reboot is always"))
+    return True, "rebooting: %s" % (why if reasons else "nvidia_driver_reboot is always")

@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_driver_info
+short_description: Report the NVIDIA driver a host runs, the one it has installed, and Secure Boot
+description:
+  - Reads the version of the loaded C(nvidia) kernel module and whether C(nouveau) is loaded, from sysfs.
+  - Reads the installed version of the driver package with C(dpkg-query) or C(rpm).
+  - Tells whether Secure Boot is enabled (C(mokutil --sb-state), or the EFI variable when mokutil is absent).
+  - Loads C(libnvidia-ml.so.1) and asks it for the driver version and the GPU count, with the standard
+    library's ctypes, so the host needs no nvidia-ml-py.
+  - The C(scv.gpu.nvidia_driver) role uses it to decide whether a reboot must follow an install
+    (see the role's C(nvidia_driver_reboot)).
+version_added: 1.0.0
+author: scv.gpu contributors
+options:
+  package:
+    description:
+      - The package whose installed version is the driver's (C(nvidia-driver) on Debian and the RHEL family,
+        C(nvidia-driver-<branch>[-server][-open]) on Ubuntu). Leave it out to skip the package query.
+    type: str
+  sysfs:
+    description: Where sysfs is mounted; tests point it at a prepared tree.
+    type: path
+    default: /sys
+  nvml:
+    description: Load the NVML library and report what it answers.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Reads only; it never changes the host, so it runs the same in check mode.
+"""
+
+EXAMPLES = r"""
+- name: Read the driver state
+  scv.gpu.nvidia_driver_info:
+    package: nvidia-driver
+  register: driver
+
+- name: Say whether the installed driver runs
+  ansible.builtin.debug:
+    msg: "loaded {{ driver.loaded_version }}, installed {{ driver.installed_version }}"
+"""
+
+RETURN = r"""
+loaded_version:
+  description: Version of the C(nvidia) module in the running kernel; null when none is loaded.
+  returned: always
+  type: str
+  sample: "580.95.05"
+nouveau_loaded:
+  description: Whether the C(nouveau) module is loaded.
+  returned: always
+  type: bool
+  sample: false
+installed_version:
+  description: The driver's version from the installed package (upstream part); null when not installed.
+  returned: always
+  type: str
+  sample: "580.95.05"
+installed_package_version:
+  description: The installed package's full version; null when not installed.
+  returned: always
+  type: str
+  sample: "580.95.05-1~deb12u1"
+secure_boot:
+  description: Whether Secure Boot is enabled.
+  returned: always
+  type: bool
+  sample: false
+secure_boot_source:
+  description: What told (C(mokutil), C(efivars)), or C(no EFI) on a host booted without EFI.
+  returned: always
+  type: str
+  sample: mokutil
+nvml:
+  description: What loading C(libnvidia-ml.so.1) gave.
+  returned: when I(nvml=true)
+  type: dict
+  sample: {"loads": true, "driver_version": "580.95.05", "gpu_count": 8, "error": null}
+"""
+
+import glob
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.scv.gpu.plugins.module_utils._driver import upstream_version
+from ansible_collections.scv.gpu.plugins.module_utils._nvml import probe_library
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def _installed_version(module, package):
+    dpkg, rpm = module.get_bin_path("dpkg-query"), module.get_bin_path("rpm")
+    if dpkg:
+        command = [dpkg, "-W", "-f=${db:Status-Abbrev} ${Version}", package]
+    elif rpm:
+        command = [rpm, "-q", "--qf", "ii %{VERSION}-%{RELEASE}", package]
+    else:
+        module.fail_json(msg="neither dpkg-query nor rpm is on this host: cannot read the version of %s" % package)
+    rc, out, _err = module.run_command(command)
+    status, _sep, version = out.strip().partition(" ")
+    if rc != 0 or not status.startswith("ii") or not version:
+        return None
+    return version
+
+
+def _secure_boot(module, sysfs):
+    mokutil = module.get_bin_path("mokutil")
+    if mokutil:
+        rc, out, err = module.run_command([mokutil, "--sb-state"])
+        text = (out + err).lower()
+        if "secureboot enabled" in text:
+            return True, "mokutil"
+        if "secureboot disabled" in text or "not supported" in text:
+            return False, "mokutil"
+    variables = glob.glob(os.path.join(sysfs, "firmware", "efi", "efivars", "SecureBoot-*"))
+    if variables:
+        try:
+            with open(variables[0], "rb") as handle:
+                data = handle.read()
+        except OSError:
+            data = b""
+        # 4 bytes of attributes, then the value.
+        return len(data) >= 5 and data[4] == 1, "efivars"
+    if os.path.isdir(os.path.join(sysfs, "firmware", "efi")):
+        return False, "efivars"
+    return False, "no EFI"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            package=dict(type="str"),
+            sysfs=dict(type="path", default="/sys"),
+            nvml=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    sysfs = module.params["sysfs"]
+    package_version = _installed_version(module, module.params["package"]) if module.params["package"] else None
+    secure_boot, source = _secure_boot(module, sysfs)
+    result = dict(
+        changed=False,
+        loaded_version=_read(os.path.join(sysfs, "module", "nvidia", "version")),
+        nouveau_loaded=os.path.isdir(os.path.join(sysfs, "module", "nouveau")),
+        installed_package_version=package_version,
+        installed_version=upstream_version(package_version),
+        secure_boot=secure_boot,
+        secure_boot_source=source,
+    )
+    if module.params["nvml"]:
+        result["nvml"] = probe_library()
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

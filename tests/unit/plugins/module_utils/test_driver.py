@@ -1,0 +1,173 @@
+"""The nvidia_driver role's choices: packages, pins, streams, Secure Boot and the reboot rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils._driver import (
+    PlanError,
+    kernel_flavour,
+    plan,
+    reboot_decision,
+    reboot_reasons,
+    same_version,
+    upstream_version,
+    version_key,
+)
+
+DEBIAN = dict(os_family="Debian", distribution="Debian", major_version="12", kernel="6.1.0-28-amd64")
+UBUNTU = dict(os_family="Debian", distribution="Ubuntu", major_version="24", kernel="6.8.0-45-generic")
+RHEL9 = dict(os_family="RedHat", distribution="RedHat", major_version="9", kernel="5.14.0-427.13.1.el9_4.x86_64")
+ROCKY8 = dict(os_family="RedHat", distribution="Rocky", major_version="8", kernel="4.18.0-553.el8_10.x86_64")
+
+
+@pytest.mark.parametrize("version, upstream", [
+    ("535.247.01-1~deb12u1", "535.247.01"),
+    ("1:580.95.05-0ubuntu1", "580.95.05"),
+    ("580.95.05-1.el9", "580.95.05"),
+    ("470.256.02", "470.256.02"),
+    ("", None),
+    (None, None),
+    ("latest", None),
+])
+def test_upstream_version(version, upstream):
+    assert upstream_version(version) == upstream
+
+
+def test_versions_compare_as_numbers_not_strings():
+    assert "535.104.05" < "535.54.03"  # the string order the landscape complains about
+    assert version_key("535.54.03") < version_key("535.104.05")
+    assert version_key("10.0") > version_key("8.9")
+    assert sorted(["550.54.14", "535.104.05", "580.95.05", "535.54.03"], key=version_key) == [
+        "535.54.03", "535.104.05", "550.54.14", "580.95.05"]
+    with pytest.raises(ValueError):
+        version_key("branch")
+
+
+def test_same_version_ignores_packaging_and_trailing_zeros():
+    assert same_version("535.247.01", "535.247.01-1~deb12u1")
+    assert same_version("580.95", "580.95.0")
+    assert not same_version("535.216.01", "535.247.01-1")
+    assert not same_version("535.216.01", "the newest driver")
+
+
+def test_kernel_flavour():
+    assert kernel_flavour("6.8.0-45-generic") == "generic"
+    assert kernel_flavour("5.15.0-1060-aws") == "aws"
+    assert kernel_flavour("6.1.0-28-amd64") == "amd64"
+    assert kernel_flavour("weird") is None
+
+
+def test_debian_latest():
+    got = plan(**DEBIAN, branch="")
+    assert got["manager"] == "apt"
+    assert got["packages"] == ["nvidia-driver", "nvidia-kernel-dkms", "linux-headers-6.1.0-28-amd64"]
+    assert got["hold"] == [] and got["apt_pin"] is None and got["dnf_module"] is None
+    assert got["initramfs_command"] == ["update-initramfs", "-u", "-k", "all"]
+
+
+def test_debian_pinned_open_modules():
+    got = plan(**DEBIAN, branch="", version="535.247.01-1~deb12u1", kernel_modules="open")
+    assert got["packages"] == ["nvidia-driver=535.247.01-1~deb12u1", "nvidia-open-kernel-dkms=535.247.01-1~deb12u1",
+                               "linux-headers-6.1.0-28-amd64"]
+    assert got["hold"] == ["nvidia-driver", "nvidia-open-kernel-dkms"]
+    assert got["apt_pin"] == {"source": "nvidia-graphics-drivers", "version": "535.247.01-1~deb12u1"}
+
+
+def test_debian_refuses_a_branch():
+    with pytest.raises(PlanError, match="Debian ships one driver branch"):
+        plan(**DEBIAN, branch="580")
+
+
+def test_ubuntu_server_open_with_signed_modules():
+    got = plan(**UBUNTU, branch="580", kernel_modules="open", secure_boot=True)
+    assert got["packages"] == ["nvidia-driver-580-server-open",
+                               "linux-modules-nvidia-580-server-open-6.8.0-45-generic",
+                               "linux-modules-nvidia-580-server-open-generic",
+                               "linux-headers-6.8.0-45-generic"]
+    assert got["signed_modules"] is True
+
+
+def test_ubuntu_desktop_pinned():
+    got = plan(**UBUNTU, branch="550", version="550.120-0ubuntu1", ubuntu_server=False)
+    assert got["packages"][0] == "nvidia-driver-550=550.120-0ubuntu1"
+    assert got["hold"] == ["nvidia-driver-550"]
+    assert got["apt_pin"] == {"source": "nvidia-graphics-drivers-550", "version": "550.120-0ubuntu1"}
+
+
+def test_ubuntu_branch_from_version_and_required_otherwise():
+    assert plan(**UBUNTU, branch="", version="580.95.05-0ubuntu1")["driver_package"] == "nvidia-driver-580-server"
+    with pytest.raises(PlanError, match="set nvidia_driver_branch"):
+        plan(**UBUNTU, branch="")
+
+
+def test_rhel_module_stream_profiles():
+    got = plan(**RHEL9, branch="580")
+    assert got["manager"] == "dnf"
+    assert got["dnf_module"] == "nvidia-driver:580-dkms"
+    assert got["packages"] == ["@nvidia-driver:580-dkms/default", "kernel-devel-5.14.0-427.13.1.el9_4.x86_64",
+                               "kernel-headers-5.14.0-427.13.1.el9_4.x86_64"]
+    assert got["hold"] == []
+    assert got["initramfs_command"] == ["dracut", "--force", "--regenerate-all"]
+    assert plan(**ROCKY8, branch="570", kernel_modules="open")["dnf_module"] == "nvidia-driver:570-open"
+
+
+def test_rhel_exact_version_names_packages_and_locks_them():
+    got = plan(**RHEL9, branch="580", version="580.95.05-1.el9")
+    assert got["packages"][:3] == ["nvidia-driver-580.95.05-1.el9", "nvidia-driver-cuda-580.95.05-1.el9",
+                                   "kmod-nvidia-latest-dkms-580.95.05-1.el9"]
+    assert got["hold"] == got["packages"][:3]
+
+
+def test_rhel_without_module_streams_is_refused():
+    with pytest.raises(PlanError, match="EL 8 and 9, not EL 10"):
+        plan(os_family="RedHat", distribution="RedHat", major_version="10", kernel="6.12.0", branch="580")
+
+
+def test_version_and_branch_must_agree():
+    with pytest.raises(PlanError, match="not on nvidia_driver_branch 580"):
+        plan(**RHEL9, branch="580", version="550.54.15-1.el9")
+    with pytest.raises(PlanError, match="not a driver version"):
+        plan(**RHEL9, branch="580", version="stable")
+
+
+def test_unsupported_distribution_and_modules():
+    with pytest.raises(PlanError, match="not Archlinux"):
+        plan(os_family="Archlinux", distribution="Archlinux", major_version="", kernel="6.9.0")
+    with pytest.raises(PlanError, match="kernel_modules"):
+        plan(**DEBIAN, kernel_modules="nouveau")
+
+
+@pytest.mark.parametrize("host", [DEBIAN, RHEL9])
+def test_secure_boot_stops_dkms_until_the_key_is_enrolled(host):
+    branch = "" if host is DEBIAN else "580"
+    with pytest.raises(PlanError, match="Secure Boot is enabled.*mokutil --import /var/lib/dkms/mok.pub.*Nothing has been changed"):
+        plan(**host, branch=branch, secure_boot=True)
+    assert plan(**host, branch=branch, secure_boot=True, signing_key_enrolled=True)["packages"]
+
+
+@pytest.mark.parametrize("loaded, installed, nouveau, reasons", [
+    (None, None, False, []),
+    (None, "535.247.01-1", False, []),            # nothing holds the GPUs: load the module, no reboot
+    ("535.247.01", "535.247.01-1~deb12u1", False, []),
+    ("535.216.01", "535.247.01-1", False, ["the running kernel has driver 535.216.01 loaded, and 535.247.01 is installed"]),
+    (None, "535.247.01-1", True, ["nouveau is loaded and holds the GPUs; the blacklist takes effect at boot"]),
+    (None, None, True, []),                       # nouveau with no driver installed: nothing to reboot into
+])
+def test_reboot_reasons(loaded, installed, nouveau, reasons):
+    assert reboot_reasons(loaded, installed, nouveau) == reasons
+
+
+def test_reboot_decision_by_policy_and_connection():
+    needed = ["nouveau is loaded"]
+    assert reboot_decision("auto", needed, "ssh") == (True, "rebooting: nouveau is loaded")
+    assert reboot_decision("auto", [], "ssh") == (False, "no reboot is needed")
+    reboot, message = reboot_decision("never", needed, "ssh")
+    assert not reboot and "nvidia_driver_reboot is never: reboot this host yourself" in message
+    reboot, message = reboot_decision("auto", needed, "local")
+    assert not reboot and "local connection" in message
+    assert reboot_decision("always", [], "ssh", driver_changed=True) == (True, "rebooting: nvidia_driver_reboot is always")
+    # a rerun that changed nothing does not reboot again
+    assert reboot_decision("always", [], "ssh", driver_changed=False) == (False, "no reboot is needed")
+    with pytest.raises(PlanError, match="auto, never or always"):
+        reboot_decision("sometimes", [], "ssh")
