@@ -152,13 +152,16 @@ integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-pla
 # Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
 # the Debian image once, build-apt-repo the signed stand-in toolkit repository.
 APT_REPO := $(BUILD)/apt-repo
-MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd
+MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd nvidia_driver_host nvidia_driver_secure_boot
+DRIVER_REPO := $(BUILD)/driver-repo
 .PHONY: molecule
 molecule: $(VENV_STAMP) $(COLLECTION_LINK)
 	tests/molecule/prepare-host
 	tests/molecule/build-apt-repo $(APT_REPO)
+	header=$$(find $(VENV)/lib -path '*/nvidia/*/include/nvml.h' | head -n 1); \
+	  tests/molecule/build-driver-repo $(DRIVER_REPO) "$$(dirname "$$header")"
 	for scenario in $(MOLECULE_SCENARIOS); do \
-	  SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) PATH=$(VENV)/bin:$$PATH \
+	  SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_DRIVER_REPO=$(DRIVER_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) PATH=$(VENV)/bin:$$PATH \
 	    $(VENV)/bin/molecule test -s $$scenario || exit 1; \
 	done
 

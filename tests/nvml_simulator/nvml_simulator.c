@@ -322,13 +322,15 @@ static const struct { const char *name; nvmlReturn_t code; const char *text; } s
     {"UNKNOWN", NVML_ERROR_UNKNOWN, "Unknown Error"},
 };
 
+static const char *sim_config_path(void);
+
 static nvmlReturn_t sim_error_code(const char *name)
 {
     for (size_t i = 0; i < sizeof(sim_errors) / sizeof(sim_errors[0]); i++)
         if (strcmp(sim_errors[i].name, name) == 0)
             return sim_errors[i].code;
     fprintf(stderr, "nvml-simulator: unknown NVML error name \"%s\" in %s; using UNKNOWN\n",
-            name, getenv("NVMLSIM_CONFIG"));
+            name, sim_config_path());
     return NVML_ERROR_UNKNOWN;
 }
 
@@ -353,10 +355,22 @@ static void sim_report_parse_error(const char *path, const char *text, const jpa
     fprintf(stderr, "nvml-simulator: %s:%u:%u: %s\n", path, line, column, p->error);
 }
 
-/* Reads $NVMLSIM_CONFIG; returns NVML_SUCCESS or the error nvmlInit should give. */
-static nvmlReturn_t sim_load(void)
+/* $NVMLSIM_CONFIG, or the path built in with -DNVMLSIM_DEFAULT_CONFIG (the stand-in driver
+ * packages of the molecule tests ship the library with a scenario beside it). */
+static const char *sim_config_path(void)
 {
     const char *path = getenv("NVMLSIM_CONFIG");
+#ifdef NVMLSIM_DEFAULT_CONFIG
+    if (!path || !*path)
+        path = NVMLSIM_DEFAULT_CONFIG;
+#endif
+    return path;
+}
+
+/* Reads the scenario file; returns NVML_SUCCESS or the error nvmlInit should give. */
+static nvmlReturn_t sim_load(void)
+{
+    const char *path = sim_config_path();
     struct stat st;
     FILE *f;
     char *text;
@@ -423,7 +437,7 @@ static nvmlReturn_t sim_load(void)
 /* Reloads the scenario when its file was replaced or rewritten. */
 static void sim_refresh(void)
 {
-    const char *path = getenv("NVMLSIM_CONFIG");
+    const char *path = sim_config_path();
     struct stat st;
 
     if (!path || stat(path, &st) != 0)

@@ -1,0 +1,207 @@
+"""The nvidia_driver role against the real kube-apiserver, and nvidia_driver_info on this host.
+
+The host method runs in molecule (extensions/molecule/nvidia_driver_*). Here: the daemonset
+method's manifest, accepted (or dry-run) by the real API server; the cordon/drain and uncordon
+tasks on a real Node object; the argument spec; and the info module reading a prepared sysfs
+tree, Secure Boot's EFI variable, and NVML (the simulator) through ctypes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import recap
+
+DAEMONSET_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  roles:
+    - role: scv.gpu.nvidia_driver
+"""
+
+TASKS_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run the role's {tasks} tasks
+      ansible.builtin.include_role:
+        name: scv.gpu.nvidia_driver
+        tasks_from: {tasks}
+"""
+
+INSTALLER = "registry.example.com/gke/nvidia-driver-installer:ubuntu-580"
+
+
+def daemonset_vars(plane, name, **extra):
+    settings = {
+        "nvidia_driver_method": "daemonset",
+        "nvidia_driver_kubeconfig": str(plane.admin_kubeconfig),
+        "nvidia_driver_daemonset_name": name,
+        "nvidia_driver_installer_image": INSTALLER,
+        "nvidia_driver_daemonset_version": "580.95.05",
+    }
+    settings.update(extra)
+    return json.dumps(settings)
+
+
+def get_json(plane, *what):
+    done = plane.kubectl("get", *what, "-o", "json", check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def test_daemonset_check_mode_creates_nothing_then_apply_then_no_change(ansible, control_plane, tmp_path):
+    plane = control_plane
+    name = "driver-installer-%s" % ansible.venv.name.strip(".")
+    plane.kubectl("delete", "daemonset", "-n", "kube-system", name, "--ignore-not-found")
+    play = tmp_path / "daemonset.yml"
+    play.write_text(DAEMONSET_PLAY)
+
+    check = ansible.playbook(play, None, "-e", daemonset_vars(plane, name), "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert recap(check.stdout)["changed"] == 1
+    assert get_json(plane, "daemonset", "-n", "kube-system", name) is None
+
+    first = ansible.playbook(play, None, "-e", daemonset_vars(plane, name))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert recap(first.stdout)["changed"] == 1
+    spec = get_json(plane, "daemonset", "-n", "kube-system", name)["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["hostPID"] is True
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "gpu/nvidia", "operator": "Exists"}]}]
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    installer = spec["initContainers"][0]
+    assert installer["image"] == INSTALLER
+    assert installer["securityContext"] == {"privileged": True}
+    assert {e["name"]: e["value"] for e in installer["env"]} == {
+        "NVIDIA_DRIVER_VERSION": "580.95.05",
+        "NVIDIA_INSTALL_DIR_HOST": "/home/kubernetes/bin/nvidia",
+        "NVIDIA_INSTALL_DIR_CONTAINER": "/usr/local/nvidia",
+        "ROOT_MOUNT_DIR": "/root",
+    }
+    assert {m["name"]: m["mountPath"] for m in installer["volumeMounts"]} == {
+        "nvidia-install-dir-host": "/usr/local/nvidia", "dev": "/dev", "root-mount": "/root"}
+    assert {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]} == {
+        "dev": "/dev", "nvidia-install-dir-host": "/home/kubernetes/bin/nvidia", "root-mount": "/"}
+    assert [c["name"] for c in spec["containers"]] == ["pause"]
+
+    second = ansible.playbook(play, None, "-e", daemonset_vars(plane, name))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second.stdout)["changed"] == 0
+
+    changed = ansible.playbook(play, None, "-e", daemonset_vars(plane, name, nvidia_driver_daemonset_version="580.105.08"))
+    assert recap(changed.stdout)["changed"] == 1
+    installer = get_json(plane, "daemonset", "-n", "kube-system", name)["spec"]["template"]["spec"]["initContainers"][0]
+    assert {"name": "NVIDIA_DRIVER_VERSION", "value": "580.105.08"} in installer["env"]
+
+
+def test_daemonset_selects_the_labelled_nodes_only(ansible, control_plane, tmp_path):
+    """The affinity is 'key Exists': the same nodes as the label selector on that key."""
+    plane = control_plane
+    for node, labels in (("ds-gpu-node", {"gpu/nvidia": "TITAN-Xp"}), ("ds-cpu-node", {})):
+        plane.kubectl("apply", "-f", "-", input_text=json.dumps(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}}))
+    name = "driver-installer-select-%s" % ansible.venv.name.strip(".")
+    play = tmp_path / "daemonset.yml"
+    play.write_text(DAEMONSET_PLAY)
+    done = ansible.playbook(play, None, "-e", daemonset_vars(plane, name))
+    assert done.returncode == 0, done.stdout + done.stderr
+    spec = get_json(plane, "daemonset", "-n", "kube-system", name)["spec"]["template"]["spec"]
+    (expression,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
+    assert expression["operator"] == "Exists"
+    selected = plane.kubectl("get", "nodes", "-l", expression["key"], "-o", "name").stdout.split()
+    assert "node/ds-gpu-node" in selected and "node/ds-cpu-node" not in selected
+
+
+def test_daemonset_without_an_installer_image_says_what_to_set(ansible, control_plane, tmp_path):
+    play = tmp_path / "daemonset.yml"
+    play.write_text(DAEMONSET_PLAY)
+    done = ansible.playbook(play, None, "-e", daemonset_vars(control_plane, "no-image", nvidia_driver_installer_image=""))
+    assert done.returncode != 0
+    assert "nvidia_driver_installer_image is empty" in done.stdout
+    assert get_json(control_plane, "daemonset", "-n", "kube-system", "no-image") is None
+
+
+def test_bad_variables_are_rejected_before_any_task(ansible, tmp_path):
+    play = tmp_path / "daemonset.yml"
+    play.write_text(DAEMONSET_PLAY)
+    done = ansible.playbook(play, None, "-e", json.dumps({"nvidia_driver_method": "operator",
+                                                          "nvidia_driver_reboot": "sometimes"}))
+    assert done.returncode != 0
+    assert "Validating arguments against arg spec" in done.stdout
+    assert "nvidia_driver_method" in done.stdout and "nvidia_driver_reboot" in done.stdout
+    assert recap(done.stdout)["ok"] == 0
+
+
+def test_drain_cordons_and_uncordon_releases_the_node(ansible, control_plane, tmp_path):
+    plane = control_plane
+    node = "drain-node-%s" % ansible.venv.name.strip(".")
+    plane.kubectl("apply", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    settings = json.dumps({"nvidia_driver_node_name": node, "nvidia_driver_kubeconfig": str(plane.admin_kubeconfig),
+                           "nvidia_driver_drain_timeout": 30})
+    for tasks, unschedulable in (("drain.yml", True), ("uncordon.yml", None)):
+        play = tmp_path / ("run-%s" % tasks)
+        play.write_text(TASKS_PLAY.format(tasks=tasks))
+        done = ansible.playbook(play, None, "-e", settings)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert recap(done.stdout)["changed"] == 1
+        assert get_json(plane, "node", node)["spec"].get("unschedulable") is unschedulable
+
+
+@pytest.fixture
+def sysfs(tmp_path):
+    root = tmp_path / "sys"
+    (root / "module" / "nvidia").mkdir(parents=True)
+    (root / "module" / "nvidia" / "version").write_text("535.183.01\n")
+    (root / "module" / "nouveau").mkdir()
+    return root
+
+
+def test_info_reads_sysfs_and_nvml(ansible, sysfs):
+    ok, result = ansible.module({"sysfs": str(sysfs), "package": "scv-gpu-no-such-package"}, scenario="titan_xp",
+                                name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert result["changed"] is False
+    assert result["loaded_version"] == "535.183.01"
+    assert result["nouveau_loaded"] is True
+    assert result["installed_version"] is None and result["installed_package_version"] is None
+    assert result["nvml"] == {"loads": True, "driver_version": "535.183.01", "gpu_count": 1, "error": None}
+
+
+def test_info_without_the_library_or_driver(ansible, sysfs):
+    (sysfs / "module" / "nvidia" / "version").unlink()
+    ok, result = ansible.module({"sysfs": str(sysfs)}, simulator=False, name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert result["loaded_version"] is None
+    assert result["nvml"]["loads"] is False
+    assert result["nvml"]["error"].startswith("libnvidia-ml.so.1 was not found")
+
+    ok, result = ansible.module({"sysfs": str(sysfs)}, scenario="driver_not_loaded", name="scv.gpu.nvidia_driver_info")
+    assert ok and result["nvml"]["loads"] is False
+    assert result["nvml"]["error"].startswith("the NVIDIA kernel driver is not loaded")
+
+
+def test_info_reads_the_installed_package(ansible, sysfs):
+    ok, result = ansible.module({"sysfs": str(sysfs), "package": "dpkg", "nvml": False}, name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert result["installed_package_version"]  # dpkg is installed on every Debian host
+    assert "nvml" not in result
+
+
+@pytest.mark.parametrize("value, enabled", [(1, True), (0, False)])
+def test_info_reads_secure_boot_from_efivars(ansible, sysfs, value, enabled):
+    efivars = sysfs / "firmware" / "efi" / "efivars"
+    efivars.mkdir(parents=True)
+    (efivars / "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c").write_bytes(b"\x06\x00\x00\x00" + bytes([value]))
+    ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False}, name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert (result["secure_boot"], result["secure_boot_source"]) == (enabled, "efivars")
+
+
+def test_info_without_efi(ansible, sysfs):
+    ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False}, name="scv.gpu.nvidia_driver_info")
+    assert ok and (result["secure_boot"], result["secure_boot_source"]) == (False, "no EFI")
