@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Kubernetes API calls for Scv objects.
+"""Kubernetes API calls for Scv objects and Node labels.
 
 This file is private to the collection (its name starts with ``_``) and is the
 only one that calls the Kubernetes API. Connections and authentication come
@@ -103,8 +103,8 @@ def explain(error, verb, target, server):
     return ScvApiError("cannot %s %s: %s" % (verb, target, error))
 
 
-class ScvClient:
-    """Get, create, replace and delete Scv objects through a kubernetes.core client."""
+class _Client:
+    """A kubernetes.core client with calls that fail as explained ScvApiErrors."""
 
     def __init__(self, k8s_client):
         self._client = k8s_client
@@ -126,13 +126,6 @@ class ScvClient:
         except Exception as error:  # pylint: disable=broad-exception-caught
             raise explain(error, verb, target, self.server) from error
 
-    @property
-    def resource(self):
-        if self._resource is None:
-            self._resource = self._call("discover", "the %s API" % API_VERSION,
-                                        self._client.resource, KIND, API_VERSION)
-        return self._resource
-
     @staticmethod
     def _write_options(check_mode):
         options = {"field_manager": FIELD_MANAGER}
@@ -148,6 +141,17 @@ class ScvClient:
             if isinstance(error, NotFoundError) and _is_missing_object(error):
                 return missing
             raise explain(error, verb, target, self.server) from error
+
+
+class ScvClient(_Client):
+    """Get, create, replace and delete Scv objects."""
+
+    @property
+    def resource(self):
+        if self._resource is None:
+            self._resource = self._call("discover", "the %s API" % API_VERSION,
+                                        self._client.resource, KIND, API_VERSION)
+        return self._resource
 
     def get(self, name):
         """The Scv named ``name`` as a dict, or None when there is none."""
@@ -174,3 +178,27 @@ class ScvClient:
         deleted = self._call_or_missing(False, "delete", "Scv %s" % name, self.resource.delete,
                                         name=name, **({"dry_run": "All"} if check_mode else {}))
         return deleted is not False
+
+
+class NodeClient(_Client):
+    """Read and patch the labels of Node objects."""
+
+    @property
+    def resource(self):
+        if self._resource is None:
+            self._resource = self._call("discover", "the v1 API", self._client.resource, "Node", "v1")
+        return self._resource
+
+    def get(self, name):
+        """Node ``name`` as a dict; an error that says so when it does not exist."""
+        found = self._call_or_missing(None, "get", "Node %s" % name, self.resource.get, name=name)
+        if found is None:
+            raise ScvApiError("Node %s does not exist on %s: is the host's Kubernetes node name right? "
+                              "(set it per host; it defaults to the inventory name)" % (name, self.server))
+        return found.to_dict()
+
+    def patch_labels(self, name, changes, resource_version, check_mode=False):
+        """Set (value) or remove (None) labels with a merge patch that fails (409) if the Node moved on."""
+        body = {"metadata": {"labels": changes, "resourceVersion": resource_version}}
+        return self._call("patch", "the labels of Node %s" % name, self.resource.patch, body=body, name=name,
+                          content_type="application/merge-patch+json", **self._write_options(check_mode)).to_dict()

@@ -18,7 +18,10 @@ description:
   - The C(scv.gpu.nvidia_driver) role uses it to decide whether a reboot must follow an install
     (see the role's C(nvidia_driver_reboot)).
 version_added: 1.0.0
-author: scv.gpu contributors
+author:
+  - scv.gpu contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   package:
     description:
@@ -36,10 +39,12 @@ options:
 attributes:
   check_mode:
     support: full
+    details: It only reads, so it runs the same in check mode.
   diff_mode:
     support: none
-notes:
-  - Reads only; it never changes the host, so it runs the same in check mode.
+  platform:
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
@@ -117,10 +122,11 @@ def _installed_version(module, package):
     else:
         module.fail_json(msg="neither dpkg-query nor rpm is on this host: cannot read the version of %s" % package)
     rc, out, _err = module.run_command(command)
+    # The abbreviated status is the wanted state (i install, h hold, ...) then the current one.
     status, _sep, version = out.strip().partition(" ")
-    if rc != 0 or not status.startswith("ii") or not version:
+    if rc != 0 or status[1:2] != "i" or not version.strip():
         return None
-    return version
+    return version.strip()
 
 
 def _secure_boot(module, sysfs):

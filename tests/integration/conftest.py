@@ -110,16 +110,16 @@ def scv_crd(control_plane):
 
 
 class ApiRequests:
-    """Counts from kube-apiserver's apiserver_request_total for Scv objects."""
+    """Counts from kube-apiserver's apiserver_request_total for one resource (Scv objects unless told)."""
 
     def __init__(self, plane):
         self.plane = plane
 
-    def snapshot(self):
+    def snapshot(self, resource="scvs"):
         metrics = self.plane.kubectl("get", "--raw", "/metrics").stdout
         counts = {}
         for line in metrics.splitlines():
-            if not line.startswith("apiserver_request_total{") or 'resource="scvs"' not in line:
+            if not line.startswith("apiserver_request_total{") or 'resource="%s"' % resource not in line:
                 continue
             labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
             labels = {key: value.strip('"') for key, value in labels.items()}

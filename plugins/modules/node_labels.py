@@ -1,0 +1,163 @@
+#!/usr/bin/python
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_labels
+short_description: Label a Kubernetes node with its GPUs, as GPU feature discovery does
+version_added: 1.0.0
+description:
+  - Sets the labels of GPU feature discovery (GFD) that manifests and schedulers select on, from the
+    C(nvidia_gpu) fact of M(scv.gpu.gpu_facts) - C(nvidia.com/gpu.present), C(gpu.product) (the GPU
+    name with characters outside C([A-Za-z0-9-_. ]) removed and spaces turned into C(-)), C(gpu.count),
+    C(gpu.memory) (MiB), C(gpu.family), C(gpu.compute.major) and C(minor),
+    C(cuda.driver-version.major), C(minor), C(revision) and C(full), C(cuda.runtime-version.major),
+    C(minor) and C(full), C(mig.capable) - plus O(gpu_label_key) set to the product.
+  - These labels are the module's own. One that no longer applies (a card removed, the driver
+    unreadable) is removed. Every other label of the node is left as it is.
+  - A node with no GPUs, or whose NVML cannot be read, loses all of the module's labels.
+  - With several GPU models in one node, C(gpu.product) names the first GPU's model, as GFD does.
+  - One GET per run, and one merge PATCH only when a label differs; the PATCH carries the
+    node's resourceVersion, so a concurrent change is retried rather than overwritten.
+author:
+  - scv.gpu contributors (!UNKNOWN)
+requirements:
+  - kubernetes (Python) >= 24.2.0
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - ansible.builtin.action_common_attributes
+options:
+  name:
+    description: The Kubernetes node's name.
+    type: str
+    required: true
+  gpu_facts:
+    description: The C(nvidia_gpu) fact that M(scv.gpu.gpu_facts) returned for the node.
+    type: dict
+    required: true
+  gpu_label_key:
+    description:
+      - The site's own label key for GPU nodes, set to the sanitised model (the seeds label nodes
+        C(gpu/nividia=<model>) by hand). The scv.gpu DaemonSets select on it.
+    type: str
+    default: gpu/nvidia
+attributes:
+  check_mode:
+    support: full
+    details: The PATCH is a server-side dry run, so the API server validates it.
+  diff_mode:
+    support: full
+    details: Shows the node's labels before and after.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - "Run it from the controller (C(delegate_to: localhost)), once per node."
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs
+  scv.gpu.gpu_facts:
+
+- name: Label the node
+  scv.gpu.node_labels:
+    name: "{{ inventory_hostname }}"
+    gpu_facts: "{{ ansible_facts.nvidia_gpu }}"
+    kubeconfig: ~/.kube/config
+  delegate_to: localhost
+  register: labels
+
+- name: Select H100 nodes in a pod spec with these labels
+  ansible.builtin.debug:
+    msg: "nodeAffinity on nvidia.com/gpu.product In [{{ labels.labels['nvidia.com/gpu.product'] }}]"
+"""
+
+RETURN = r"""
+labels:
+  description: The labels of this module that the node carries now (or would, in check mode).
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gpu/nvidia": "NVIDIA-H100-80GB-HBM3"}
+changes:
+  description: The labels set (with their value) and removed (null) by this run.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu.count": "8", "nvidia.com/mig.capable": null}
+"""
+
+import copy
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+from ansible_collections.scv.gpu.plugins.module_utils._kube import (
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    NodeClient,
+    ScvApiError,
+)
+from ansible_collections.scv.gpu.plugins.module_utils._node_labels import (
+    desired_labels,
+    label_changes,
+    valid_label_key,
+)
+
+ATTEMPTS = 3
+
+
+def apply(client, name, fact, key, check_mode):
+    """Reads the node and patches our labels; a 409 (the node changed meanwhile) reads again."""
+    desired = desired_labels(fact, key)
+    for attempt in range(ATTEMPTS):
+        node = client.get(name)
+        current = node["metadata"].get("labels") or {}
+        changes = label_changes(current, desired, key)
+        if not changes:
+            return current, current, changes
+        try:
+            patched = client.patch_labels(name, changes, node["metadata"]["resourceVersion"], check_mode)
+        except ScvApiError as error:
+            if error.conflict and attempt + 1 < ATTEMPTS:
+                continue
+            raise
+        return current, patched["metadata"].get("labels") or {}, changes
+    raise AssertionError("unreachable")
+
+
+def main():
+    argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
+    argument_spec.update(
+        name=dict(type="str", required=True),
+        gpu_facts=dict(type="dict", required=True),
+        gpu_label_key=dict(type="str", default="gpu/nvidia", no_log=False),
+    )
+    module = AnsibleK8SModule(module_class=AnsibleModule, argument_spec=argument_spec,
+                              supports_check_mode=True, check_k8s=False)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    params = module.params
+    if not valid_label_key(params["gpu_label_key"]):
+        module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
+                             "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])
+    try:
+        client = NodeClient.connect(module)
+        before, after, changes = apply(client, params["name"], params["gpu_facts"], params["gpu_label_key"],
+                                       module.check_mode)
+    except ScvApiError as error:
+        module.fail_json(msg=str(error))
+    ours = desired_labels(params["gpu_facts"], params["gpu_label_key"])
+    result = dict(changed=bool(changes), changes=changes,
+                  labels={key: value for key, value in after.items() if key in ours})
+    if module._diff:
+        result["diff"] = {"before": {"labels": before}, "after": {"labels": after}}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

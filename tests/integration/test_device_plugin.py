@@ -1,0 +1,195 @@
+"""The device_plugin role against the real kube-apiserver, with GPUs from the NVML simulator.
+
+Node objects stand for the simulated hosts (there is no kubelet): the role labels them from
+gpu_facts through the API, and applies each flavor's manifests, which the API server validates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import recap
+from label_expectations import LABELS
+
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  roles:
+    - role: scv.gpu.device_plugin
+"""
+
+FOREIGN = {"team": "ml", "nvidia.com/gpu.deploy.dcgm": "true", "topology.kubernetes.io/zone": "lab-1"}
+
+
+def suffix(ansible):
+    return re.sub(r"[^a-z0-9]+", "-", ansible.venv.name.lower()).strip("-")
+
+
+def put_node(plane, name, labels):
+    plane.kubectl("delete", "node", name, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}))
+
+
+def node_labels(plane, name):
+    labels = json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)["metadata"].get("labels") or {}
+    return {key: value for key, value in labels.items() if not key.startswith("kubernetes.io/")}
+
+
+def diff_lines(stdout, sign):
+    """The removed (-) or added (+) lines of a --diff, without the sign, indentation and comma."""
+    return {line[1:].strip().rstrip(",") for line in stdout.splitlines()
+            if line.startswith(sign) and not line.startswith(sign * 3)}
+
+
+def run(ansible, tmp_path, plane, scenario, *extra, **settings):
+    play = tmp_path / "device-plugin.yml"
+    play.write_text(PLAY)
+    variables = {"device_plugin_kubeconfig": str(plane.admin_kubeconfig)}
+    variables.update(settings)
+    return ansible.playbook(play, scenario, "-e", json.dumps(variables), *extra)
+
+
+@pytest.mark.parametrize("scenario", sorted(LABELS))
+def test_labels_match_the_gpus_keep_foreign_and_a_rerun_writes_nothing(
+        ansible, control_plane, api_requests, tmp_path, scenario):
+    plane = control_plane
+    node = "labels-%s-%s" % (scenario.replace("_", "-"), suffix(ansible))
+    stale = {"nvidia.com/gpu.count": "4", "nvidia.com/cuda.runtime-version.full": "11.8", "gpu/nvidia": "Tesla-T4"}
+    put_node(plane, node, dict(FOREIGN, **stale))
+
+    first = run(ansible, tmp_path, plane, scenario, device_plugin_node_name=node, device_plugin_deploy=False)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert recap(first.stdout)["changed"] == 1
+    assert node_labels(plane, node) == dict(FOREIGN, **LABELS[scenario])
+
+    before = api_requests.snapshot("nodes")
+    second = run(ansible, tmp_path, plane, scenario, device_plugin_node_name=node, device_plugin_deploy=False)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second.stdout)["changed"] == 0
+    requests = api_requests.delta(before, api_requests.snapshot("nodes"))
+    assert requests == {("GET", "", ""): 1}, requests
+
+
+def test_a_changed_gpu_changes_only_the_labels_that_differ(ansible, control_plane, tmp_path):
+    plane = control_plane
+    node = "labels-swap-%s" % suffix(ansible)
+    put_node(plane, node, dict(FOREIGN))
+    assert run(ansible, tmp_path, plane, "a100_mig", device_plugin_node_name=node, device_plugin_deploy=False).returncode == 0
+    swapped = run(ansible, tmp_path, plane, "h100_sxm_x8", "--diff", device_plugin_node_name=node, device_plugin_deploy=False)
+    assert swapped.returncode == 0, swapped.stdout + swapped.stderr
+    assert node_labels(plane, node) == dict(FOREIGN, **LABELS["h100_sxm_x8"])
+    assert diff_lines(swapped.stdout, "-") == {
+        '"gpu/nvidia": "NVIDIA-A100-SXM4-40GB"', '"nvidia.com/gpu.compute.major": "8"', '"nvidia.com/gpu.count": "2"',
+        '"nvidia.com/gpu.family": "ampere"', '"nvidia.com/gpu.memory": "40960"',
+        '"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"'}
+    assert '"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"' in diff_lines(swapped.stdout, "+")
+
+
+def test_check_mode_reports_labels_without_writing(ansible, control_plane, tmp_path):
+    plane = control_plane
+    node = "labels-check-%s" % suffix(ansible)
+    put_node(plane, node, dict(FOREIGN))
+    done = run(ansible, tmp_path, plane, "titan_xp", "--check", "--diff", device_plugin_node_name=node,
+               device_plugin_deploy=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert recap(done.stdout)["changed"] == 1
+    assert '"nvidia.com/gpu.product": "TITAN-Xp"' in diff_lines(done.stdout, "+")
+    assert node_labels(plane, node) == FOREIGN
+
+
+def test_a_node_that_does_not_exist_is_named(ansible, control_plane, tmp_path):
+    done = run(ansible, tmp_path, control_plane, "titan_xp", device_plugin_node_name="no-such-node",
+               device_plugin_deploy=False)
+    assert done.returncode != 0
+    assert "Node no-such-node does not exist" in done.stdout
+
+
+FLAVORS = {
+    "nvidia": ("nvidia-device-plugin-daemonset", {}),
+    "gke": ("nvidia-gpu-device-plugin", {"device_plugin_gke_image": "registry.example.com/nvidia-gpu-device-plugin:v1",
+                                         "device_plugin_gke_metrics": True}),
+    "volcano_vgpu": ("volcano-device-plugin", {
+        "device_plugin_volcano_image": "registry.example.com/volcano-vgpu-device-plugin:v1",
+        "device_plugin_volcano_monitor_image": "registry.example.com/volcano-vgpu-monitor:v1"}),
+}
+
+
+@pytest.mark.parametrize("flavor", sorted(FLAVORS))
+def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control_plane, tmp_path, flavor):
+    plane = control_plane
+    namespace = "dp-%s-%s" % (flavor.replace("_", "-"), suffix(ansible))
+    plane.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+    plane.kubectl("create", "namespace", namespace, check=False)
+    gpu_node, cpu_node = "dp-gpu-%s" % suffix(ansible), "dp-cpu-%s" % suffix(ansible)
+    put_node(plane, gpu_node, {})
+    put_node(plane, cpu_node, {})
+    daemon_json = tmp_path / "daemon.json"
+    daemon_json.write_text(json.dumps({"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}))
+    name, images = FLAVORS[flavor]
+    settings = dict(images, device_plugin_flavor=flavor, device_plugin_namespace=namespace,
+                    device_plugin_node_name=gpu_node, device_plugin_docker_daemon_json=str(daemon_json))
+
+    first = run(ansible, tmp_path, plane, "titan_xp", **settings)
+    assert first.returncode == 0, first.stdout + first.stderr
+    daemonset = json.loads(plane.kubectl("get", "daemonset", "-n", namespace, name, "-o", "json").stdout)
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchExpressions": [{"key": "gpu/nvidia", "operator": "Exists"}]}
+    selected = plane.kubectl("get", "nodes", "-l", "gpu/nvidia", "-o", "name").stdout.split()
+    assert "node/%s" % gpu_node in selected and "node/%s" % cpu_node not in selected
+    mounts = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}
+    assert mounts["device-plugin"] == "/var/lib/kubelet/device-plugins"
+    container = spec["containers"][0]
+    if flavor == "nvidia":
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    elif flavor == "gke":
+        assert "--enable-container-gpu-metrics" in container["command"]
+        assert container["ports"] == [{"name": "metrics", "containerPort": 2112, "protocol": "TCP"}]
+    else:
+        assert mounts["vgpu"] == "/usr/local/vgpu"
+        assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}} in container["env"]
+        assert spec["containers"][1]["ports"][0]["containerPort"] == 9394
+        assert spec["serviceAccountName"] == "volcano-device-plugin"
+        for kind, object_name in (("configmap", "volcano-vgpu-device-config"), ("configmap", "volcano-vgpu-node-config"),
+                                  ("serviceaccount", "volcano-device-plugin")):
+            assert plane.kubectl("get", kind, "-n", namespace, object_name, check=False).returncode == 0
+        assert plane.kubectl("get", "clusterrolebinding", "volcano-device-plugin", check=False).returncode == 0
+
+    second = run(ansible, tmp_path, plane, "titan_xp", **settings)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second.stdout)["changed"] == 0
+
+
+@pytest.mark.parametrize("content, says", [
+    (None, "does not exist"),
+    ({"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}, "sets default-runtime to nothing"),
+    ({"default-runtime": "runc"}, "sets default-runtime to runc"),
+])
+def test_volcano_refuses_a_node_whose_default_runtime_is_not_nvidia(ansible, control_plane, tmp_path, content, says):
+    plane = control_plane
+    namespace = "dp-refused-%s" % suffix(ansible)
+    plane.kubectl("create", "namespace", namespace, check=False)
+    node = "dp-refused-%s" % suffix(ansible)
+    put_node(plane, node, {})
+    daemon_json = tmp_path / "daemon.json"
+    if content is not None:
+        daemon_json.write_text(json.dumps(content))
+    settings = dict(FLAVORS["volcano_vgpu"][1], device_plugin_flavor="volcano_vgpu", device_plugin_namespace=namespace,
+                    device_plugin_node_name=node, device_plugin_docker_daemon_json=str(daemon_json))
+    done = run(ansible, tmp_path, plane, "titan_xp", **settings)
+    assert done.returncode != 0
+    assert "on node %s %s %s" % (node, daemon_json, says) in done.stdout.replace("\n", " ")
+    assert plane.kubectl("get", "daemonset", "-n", namespace, "volcano-device-plugin", check=False).returncode != 0
+    assert node_labels(plane, node) == {}
+
+
+def test_a_flavor_without_its_image_says_which_variable(ansible, control_plane, tmp_path):
+    done = run(ansible, tmp_path, control_plane, "titan_xp", device_plugin_flavor="gke", device_plugin_labels=False)
+    assert done.returncode != 0
+    assert "device_plugin_flavor gke needs device_plugin_gke_image" in done.stdout

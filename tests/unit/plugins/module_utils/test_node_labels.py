@@ -1,0 +1,90 @@
+"""GFD labels from the nvidia_gpu fact, and the patch that keeps foreign labels."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils._node_labels import (
+    GFD_KEYS,
+    desired_labels,
+    label_changes,
+    sanitise_product,
+    valid_label_key,
+)
+from label_expectations import LABELS
+from scenario_expectations import BY_SCENARIO
+
+
+@pytest.mark.parametrize("name, value", [
+    ("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"),
+    ("TITAN Xp", "TITAN-Xp"),
+    ("NVIDIA GeForce RTX 4090 (Laptop)", "NVIDIA-GeForce-RTX-4090-Laptop"),
+    ("Quadro P620 /w 2GB", "Quadro-P620-w-2GB"),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"),
+    ("  Tesla V100 ", "Tesla-V100"),
+    ("x" * 80, "x" * 63),
+    ("NVIDIA RTX " + "A" * 52 + " -", "NVIDIA-RTX-" + "A" * 52),
+])
+def test_product_is_sanitised_as_gfd_does(name, value):
+    assert sanitise_product(name) == value
+    assert len(value) <= 63
+
+
+@pytest.mark.parametrize("scenario", sorted(LABELS))
+def test_labels_per_scenario(scenario):
+    assert desired_labels(BY_SCENARIO[scenario], "gpu/nvidia") == LABELS[scenario]
+
+
+def test_mixed_models_name_the_first_gpu():
+    fact = copy.deepcopy(BY_SCENARIO["titan_xp"])
+    fact["cardList"].append(dict(fact["cardList"][0], id=1, model="NVIDIA GeForce GTX 1080"))
+    labels = desired_labels(fact, "gpu/nvidia")
+    assert labels["nvidia.com/gpu.product"] == "TITAN-Xp" and labels["nvidia.com/gpu.count"] == "2"
+
+
+def test_site_key_is_configurable():
+    labels = desired_labels(BY_SCENARIO["titan_xp"], "gpu/nividia")
+    assert labels["gpu/nividia"] == "TITAN-Xp" and "gpu/nvidia" not in labels
+
+
+def test_changes_set_differences_remove_stale_keep_foreign():
+    current = {
+        "kubernetes.io/hostname": "node-a",
+        "team": "ml",
+        "nvidia.com/gpu.deploy.dcgm": "true",          # in NVIDIA's namespace, but not ours
+        "nvidia.com/gpu.count": "4",                    # stale value
+        "nvidia.com/cuda.runtime-version.full": "11.8",  # stale: the new facts have no CUDA version
+        "gpu/nvidia": "TITAN-Xp",                       # already right
+    }
+    desired = {"nvidia.com/gpu.count": "1", "gpu/nvidia": "TITAN-Xp", "nvidia.com/gpu.present": "true"}
+    assert label_changes(current, desired, "gpu/nvidia") == {
+        "nvidia.com/gpu.count": "1",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/cuda.runtime-version.full": None,
+    }
+    assert label_changes(dict(current, **desired, **{"nvidia.com/cuda.runtime-version.full": None}), desired,
+                         "gpu/nvidia") == {"nvidia.com/cuda.runtime-version.full": None}
+
+
+def test_no_changes_when_labels_match():
+    desired = LABELS["h100_sxm_x8"]
+    assert label_changes(dict(desired, other="x"), desired, "gpu/nvidia") == {}
+    assert label_changes(None, {}, "gpu/nvidia") == {}
+
+
+def test_a_node_that_lost_its_gpus_loses_every_label_of_ours():
+    current = dict(LABELS["a100_mig"], team="ml")
+    changes = label_changes(current, desired_labels(BY_SCENARIO["no_gpus"], "gpu/nvidia"), "gpu/nvidia")
+    assert changes == {key: None for key in LABELS["a100_mig"]}
+    assert set(changes) == set(GFD_KEYS) | {"gpu/nvidia"}
+
+
+@pytest.mark.parametrize("key, valid", [
+    ("gpu/nvidia", True), ("nvidia.com/gpu.product", True), ("gpu", True), ("example.com/a_b.c-d", True),
+    ("Gpu/nvidia", False), ("gpu/", False), ("/gpu", False), ("gpu nvidia", False), ("a/b/c", False),
+    ("x" * 64, False),
+])
+def test_label_key_validation(key, valid):
+    assert valid_label_key(key) is valid
