@@ -215,7 +215,18 @@ class ControlPlane:
                                    start_new_session=True)
         log.close()
         self.state["pids"][name] = process.pid
+        self.state.setdefault("commands", {})[name] = command
         self._save()
+
+    def stop_apiserver(self):
+        """Stops kube-apiserver alone (etcd keeps the data), as an outage would."""
+        _terminate(self.state["pids"].pop("kube-apiserver"))
+        self._save()
+
+    def start_apiserver(self):
+        """Starts kube-apiserver again with the same flags and waits until it is ready."""
+        self._spawn("kube-apiserver", self.state["commands"]["kube-apiserver"])
+        self._wait_ready()
 
     def _save(self):
         self.state_path.write_text(json.dumps(self.state, indent=2))

@@ -4,6 +4,10 @@
 
 """Kubernetes API calls for Scv objects and Node labels.
 
+``ScvClient`` and ``NodeClient`` use kubernetes.core's client (modules, on the controller).
+``RestScvClient`` speaks HTTPS with the standard library only, for the Scv agent on each node,
+where neither Ansible nor the kubernetes package is installed (and would cost memory).
+
 This file is private to the collection (its name starts with ``_``) and is the
 only one that calls the Kubernetes API. Connections and authentication come
 from kubernetes.core (``get_api_client``), so users configure scv.gpu exactly as
@@ -30,8 +34,15 @@ else:
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
 
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
+try:
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
+except ImportError:
+    # The Scv agent runs on nodes without Ansible; it uses RestScvClient below.
+    get_api_client = None
+
+    class CoreException(Exception):
+        """Stands in for kubernetes.core's exception where kubernetes.core is absent."""
 
 from ansible_collections.scv.gpu.plugins.module_utils._scv_status import API_VERSION, CRD_NAME, KIND
 
@@ -41,11 +52,15 @@ CRD_HINT = ("install it with the scv.gpu.scv_publish role, or: "
 
 
 class ScvApiError(Exception):
-    """A failed API call, explained. ``conflict`` is True for HTTP 409."""
+    """A failed API call, explained. ``conflict`` is True for HTTP 409; ``status`` is the HTTP status if any."""
 
-    def __init__(self, message, conflict=False):
+    def __init__(self, message, conflict=False, status=None):
         super().__init__(message)
         self.conflict = conflict
+        self.status = status
+
+
+_NO_DEFAULT = object()
 
 
 def _causes(error):
@@ -202,3 +217,151 @@ class NodeClient(_Client):
         body = {"metadata": {"labels": changes, "resourceVersion": resource_version}}
         return self._call("patch", "the labels of Node %s" % name, self.resource.patch, body=body, name=name,
                           content_type="application/merge-patch+json", **self._write_options(check_mode)).to_dict()
+
+
+class RestScvClient:
+    """Scv objects over the REST API with the standard library: the Scv agent's client.
+
+    Same methods and errors as ScvClient (so the publisher works with either), plus a watch.
+    ``kubeconfig`` is a parsed kubeconfig dict; file paths in it are relative to ``base_dir``.
+    """
+
+    def __init__(self, kubeconfig, base_dir=".", timeout=10.0):
+        import os
+        import ssl
+        import tempfile
+        import urllib.parse
+
+        context_name = kubeconfig.get("current-context")
+        contexts = {c["name"]: c["context"] for c in kubeconfig.get("contexts") or []}
+        if context_name not in contexts:
+            raise ScvApiError("the kubeconfig has no current context (current-context: %r)" % (context_name,))
+        context = contexts[context_name]
+        cluster = {c["name"]: c["cluster"] for c in kubeconfig.get("clusters") or []}.get(context.get("cluster"))
+        user = {u["name"]: u["user"] for u in kubeconfig.get("users") or []}.get(context.get("user")) or {}
+        if not cluster or not cluster.get("server"):
+            raise ScvApiError("the kubeconfig's context %s names no cluster with a server" % context_name)
+        self.server = cluster["server"].rstrip("/")
+        url = urllib.parse.urlsplit(self.server)
+        self._host, self._port = url.hostname, url.port or 443
+        self._prefix = url.path
+        self._timeout = timeout
+        self._private = tempfile.mkdtemp(prefix="scv-agent-")
+
+        def path_of(entry, key):
+            if entry.get(key + "-data"):
+                import base64
+                target = os.path.join(self._private, key)
+                with open(target, "wb") as handle:
+                    handle.write(base64.b64decode(entry[key + "-data"]))
+                os.chmod(target, 0o600)
+                return target
+            if entry.get(key):
+                return os.path.join(base_dir, entry[key])
+            return None
+
+        self._ssl = ssl.create_default_context(cafile=path_of(cluster, "certificate-authority"))
+        if cluster.get("insecure-skip-tls-verify"):
+            self._ssl.check_hostname = False
+            self._ssl.verify_mode = ssl.CERT_NONE
+        certificate = path_of(user, "client-certificate")
+        if certificate:
+            self._ssl.load_cert_chain(certificate, path_of(user, "client-key") or certificate)
+        self._token = user.get("token")
+        if not self._token and user.get("tokenFile"):
+            with open(os.path.join(base_dir, user["tokenFile"]), encoding="utf-8") as handle:
+                self._token = handle.read().strip()
+        self.requests = 0
+
+    def _connection(self, timeout=None):
+        import http.client
+        return http.client.HTTPSConnection(self._host, self._port, context=self._ssl,
+                                           timeout=self._timeout if timeout is None else timeout)
+
+    def _headers(self):
+        headers = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": "scv-gpu-agent"}
+        if self._token:
+            headers["Authorization"] = "Bearer " + self._token
+        return headers
+
+    def _path(self, name=None, subresource=None, **query):
+        import urllib.parse
+        path = "%s/apis/%s/scvs" % (self._prefix, API_VERSION)
+        if name:
+            path += "/" + urllib.parse.quote(name)
+        if subresource:
+            path += "/" + subresource
+        query = {key: value for key, value in query.items() if value is not None}
+        return path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+    def _request(self, method, verb, target, path, body=None, missing=_NO_DEFAULT):
+        self.requests += 1
+        connection = self._connection()
+        try:
+            connection.request(method, path, body=None if body is None else json.dumps(body), headers=self._headers())
+            response = connection.getresponse()
+            payload = response.read()
+        except (OSError, ValueError) as error:
+            raise ScvApiError("cannot %s %s: the Kubernetes API at %s is unreachable: %s"
+                              % (verb, target, self.server, error)) from error
+        finally:
+            connection.close()
+        if response.status == 404:
+            # A missing object comes with a Status; an unserved resource (no CRD) with plain text.
+            try:
+                reason = json.loads(payload).get("reason")
+            except ValueError:
+                reason = None
+            if reason != "NotFound":
+                raise _crd_missing(self.server)
+            if missing is not _NO_DEFAULT:
+                return missing
+        if response.status >= 400:
+            try:
+                message = json.loads(payload).get("message") or payload.decode("utf-8", "replace")
+            except ValueError:
+                message = payload.decode("utf-8", "replace")
+            raise ScvApiError("cannot %s %s: HTTP %s from %s: %s" % (verb, target, response.status, self.server, message),
+                              conflict=response.status == 409, status=response.status)
+        return json.loads(payload) if payload else {}
+
+    def get(self, name):
+        return self._request("GET", "get", "Scv %s" % name, self._path(name), missing=None)
+
+    def create(self, body, check_mode=False):
+        return self._request("POST", "create", "Scv %s" % body["metadata"]["name"],
+                             self._path(fieldManager=FIELD_MANAGER, dryRun="All" if check_mode else None), body)
+
+    def replace(self, body, check_mode=False):
+        name = body["metadata"]["name"]
+        return self._request("PUT", "update", "Scv %s" % name,
+                             self._path(name, fieldManager=FIELD_MANAGER, dryRun="All" if check_mode else None), body)
+
+    def replace_status(self, body, check_mode=False):
+        name = body["metadata"]["name"]
+        return self._request("PUT", "update", "the status of Scv %s" % name,
+                             self._path(name, "status", fieldManager=FIELD_MANAGER,
+                                        dryRun="All" if check_mode else None), body)
+
+    def watch(self, name, resource_version, timeout_seconds):
+        """Yields (type, object) for Scv ``name`` until the server ends the watch."""
+        self.requests += 1
+        path = self._path(watch="1", fieldSelector="metadata.name=%s" % name, resourceVersion=resource_version,
+                          timeoutSeconds=timeout_seconds, allowWatchBookmarks="true")
+        connection = self._connection(timeout=timeout_seconds + 30)
+        try:
+            connection.request("GET", path, headers=self._headers())
+            response = connection.getresponse()
+            if response.status >= 400:
+                raise ScvApiError("cannot watch Scv %s: HTTP %s from %s: %s" % (
+                    name, response.status, self.server, response.read().decode("utf-8", "replace")),
+                    status=response.status)
+            for line in response:
+                if line.strip():
+                    event = json.loads(line)
+                    yield event.get("type"), event.get("object") or {}
+        except (OSError, ValueError) as error:
+            raise ScvApiError("cannot watch Scv %s: the Kubernetes API at %s is unreachable: %s"
+                              % (name, self.server, error)) from error
+        finally:
+            connection.close()

@@ -1,0 +1,286 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The Scv agent: keeps one node's Scv current between playbook runs (private to the collection).
+
+Every ``spec.updateInterval`` milliseconds it reads NVML through ``_nvml.collect`` (the code
+behind gpu_facts) and writes the status subresource only when SCV's compared data changed.
+The last object written is kept in memory, so an unchanged tick costs no API request. A
+watch on the node's own Scv (one request per ``watch_timeout``) brings spec changes and
+deletions; a deleted Scv is created again at the next tick. API errors back off and retry;
+GPU errors become Unhealthy cards; SIGTERM ends it cleanly.
+
+The scv.gpu.scv_agent role installs it with ``scv-gpu-agent`` as the entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+
+from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+from ansible_collections.scv.gpu.plugins.module_utils._nvml import collect
+from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish
+from ansible_collections.scv.gpu.plugins.module_utils._scv_status import desired_status, needs_update, now_rfc3339
+
+LOG = logging.getLogger("scv-gpu-agent")
+DEFAULT_INTERVAL_MS = 1000
+MIN_INTERVAL_MS = 100
+MAX_BACKOFF_S = 30.0
+
+
+class Agent:
+    """One node's publishing loop. ``client`` is a RestScvClient (or anything with its methods)."""
+
+    def __init__(self, client, node, default_interval_ms=DEFAULT_INTERVAL_MS, watch_timeout=300, metrics=False,
+                 collector=collect):
+        self.client = client
+        self.node = node
+        self.default_interval_ms = default_interval_ms
+        self.watch_timeout = watch_timeout
+        self.metrics = metrics
+        self.collector = collector
+        self.scv = None               # the object as last written or watched
+        self.recreate = False         # the watch saw it deleted
+        self.facts = None
+        self.failures = 0
+        self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0}
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self._watcher = None
+
+    # ------------------------------------------------------------------ loop
+
+    def interval_s(self):
+        with self.lock:
+            spec = (self.scv or {}).get("spec") or {}
+        interval = spec.get("updateInterval") or self.default_interval_ms
+        return max(int(interval), MIN_INTERVAL_MS) / 1000.0
+
+    def run(self):
+        LOG.info("publishing Scv %s to %s", self.node, self.client.server)
+        while not self.stopping.is_set():
+            self.wake.clear()
+            delay = self.tick()
+            self.wake.wait(delay)
+        LOG.info("stopped")
+
+    def stop(self, *_args):
+        self.stopping.set()
+        self.wake.set()
+
+    def tick(self):
+        """One round; returns the seconds until the next."""
+        self.counters["ticks"] += 1
+        try:
+            subsets = ["telemetry"] if self.metrics else []
+            facts = self.collector(subsets)
+        except Exception as error:  # pylint: disable=broad-exception-caught
+            # _nvml turns GPU errors into Unhealthy cards; anything else must not end the agent.
+            LOG.error("reading NVML failed: %s", error)
+            self.counters["errors"] += 1
+            return self.interval_s()
+        self.facts = facts
+        try:
+            self._publish(facts)
+        except ScvApiError as error:
+            self.failures += 1
+            self.counters["errors"] += 1
+            backoff = min(MAX_BACKOFF_S, self.interval_s() * 2 ** min(self.failures, 10))
+            LOG.warning("%s; trying again in %.1f s", error, backoff)
+            return backoff
+        if self.failures:
+            LOG.info("the API server answers again")
+        self.failures = 0
+        self._ensure_watch()
+        return self.interval_s()
+
+    def _publish(self, facts):
+        with self.lock:
+            current, recreate = self.scv, self.recreate
+        if current is None or recreate:
+            result = publish(self.client, self.node, facts, self.default_interval_ms)
+            with self.lock:
+                self.scv, self.recreate = result["scv"], False
+            if result["created"]:
+                self.counters["creates"] += 1
+                LOG.info("created Scv %s", self.node)
+            if result["status_updated"]:
+                self.counters["writes"] += 1
+            return
+        desired = desired_status(facts)
+        if not needs_update(current.get("status"), desired):
+            return
+        body = copy.deepcopy(current)
+        body["status"] = dict(desired, updateTime=now_rfc3339())
+        body.get("metadata", {}).pop("managedFields", None)
+        try:
+            written = self.client.replace_status(body)
+        except ScvApiError as error:
+            if error.status in (404, 409):
+                # Deleted or changed meanwhile: read it again at the next tick.
+                with self.lock:
+                    self.scv = None
+            raise
+        with self.lock:
+            self.scv = written
+        self.counters["writes"] += 1
+        LOG.info("wrote the status of Scv %s", self.node)
+
+    # ----------------------------------------------------------------- watch
+
+    def _ensure_watch(self):
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(target=self._watch_forever, name="scv-watch", daemon=True)
+            self._watcher.start()
+
+    def _watch_forever(self):
+        failures = 0
+        while not self.stopping.is_set():
+            with self.lock:
+                version = ((self.scv or {}).get("metadata") or {}).get("resourceVersion")
+            if version is None:
+                return  # the loop starts a new watch once it has an object again
+            try:
+                for kind, obj in self.client.watch(self.node, version, self.watch_timeout):
+                    failures = 0
+                    if self._on_event(kind, obj):
+                        return
+            except ScvApiError as error:
+                if error.status == 410:
+                    # Our resourceVersion is too old: forget the object, the next tick reads it.
+                    with self.lock:
+                        self.scv = None
+                    return
+                failures += 1
+                LOG.warning("%s", error)
+                self.stopping.wait(min(MAX_BACKOFF_S, 2 ** failures))
+
+    def _on_event(self, kind, obj):
+        """Applies one watch event; True when the watch should end."""
+        if kind == "DELETED":
+            LOG.warning("Scv %s was deleted; creating it again", self.node)
+            with self.lock:
+                self.recreate = True
+                self.scv = None
+            self.wake.set()
+            return True
+        if kind == "BOOKMARK":
+            with self.lock:
+                if self.scv is not None:
+                    self.scv.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            return False
+        if kind in ("ADDED", "MODIFIED"):
+            with self.lock:
+                before = ((self.scv or {}).get("spec") or {}).get("updateInterval")
+                self.scv = obj
+            if (obj.get("spec") or {}).get("updateInterval") != before:
+                LOG.info("spec.updateInterval is now %s ms", (obj.get("spec") or {}).get("updateInterval"))
+                self.wake.set()
+            return False
+        if kind == "ERROR":
+            raise ScvApiError("watch error: %s" % obj.get("message"), status=obj.get("code"))
+        return False
+
+    # --------------------------------------------------------------- metrics
+
+    def metrics_text(self):
+        """Prometheus text: per-GPU gauges and the agent's own counters."""
+        lines = []
+        gauges = (
+            ("scv_gpu_memory_total_mib", "totalMemory", "Total GPU memory in MiB."),
+            ("scv_gpu_memory_free_mib", "freeMemory", "Free GPU memory in MiB."),
+            ("scv_gpu_utilization_percent", "gpuUtilization", "GPU utilization in percent."),
+            ("scv_gpu_power_draw_watts", "powerDraw", "Power draw in watts."),
+            ("scv_gpu_temperature_celsius", "temperature", "GPU temperature in degrees Celsius."),
+        )
+        cards = (self.facts or {}).get("cardList") or []
+        for metric, field, text in gauges:
+            lines += ["# HELP %s %s" % (metric, text), "# TYPE %s gauge" % metric]
+            for card in cards:
+                if card.get(field) is not None:
+                    lines.append('%s{node="%s",gpu="%s",uuid="%s"} %s' % (
+                        metric, self.node, card["id"], card.get("uuid", ""), card[field]))
+        lines += ["# HELP scv_gpu_healthy 1 when the card is Healthy.", "# TYPE scv_gpu_healthy gauge"]
+        for card in cards:
+            lines.append('scv_gpu_healthy{node="%s",gpu="%s",uuid="%s"} %d' % (
+                self.node, card["id"], card.get("uuid", ""), card.get("health") == "Healthy"))
+        for name, text in (("ticks", "NVML reads."), ("writes", "Status writes."), ("creates", "Scv creations."),
+                           ("errors", "Failed reads or API calls.")):
+            lines += ["# HELP scv_agent_%s_total %s" % (name, text), "# TYPE scv_agent_%s_total counter" % name,
+                      "scv_agent_%s_total %d" % (name, self.counters[name])]
+        lines += ["# HELP scv_agent_api_requests_total API requests made.", "# TYPE scv_agent_api_requests_total counter",
+                  "scv_agent_api_requests_total %d" % self.client.requests]
+        return "\n".join(lines) + "\n"
+
+
+def serve_metrics(agent, address):
+    """Serves /metrics on ``host:port`` in a daemon thread; returns the server."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the http.server API)
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = agent.metrics_text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args):
+            pass
+
+    host, _sep, port = address.rpartition(":")
+    server = ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+def load_kubeconfig(path):
+    """A kubeconfig file as a dict (YAML with PyYAML when present; JSON otherwise)."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        import yaml
+    except ImportError:
+        return json.loads(text)
+    return yaml.safe_load(text)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="scv-gpu-agent", description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--kubeconfig", default="/etc/kubernetes/kubelet.conf",
+                        help="kubeconfig to authenticate with (default: the kubelet's, so the node writes as itself)")
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME") or socket.gethostname().lower(),
+                        help="the Kubernetes node name (default: $NODE_NAME, else the host name)")
+    parser.add_argument("--default-interval", type=int, default=DEFAULT_INTERVAL_MS,
+                        help="spec.updateInterval (ms) for an Scv the agent creates")
+    parser.add_argument("--watch-timeout", type=int, default=300, help="seconds per watch request")
+    parser.add_argument("--metrics-address", default="", help="host:port for Prometheus metrics (off when empty)")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        client = RestScvClient(load_kubeconfig(args.kubeconfig), base_dir=os.path.dirname(os.path.abspath(args.kubeconfig)))
+    except (OSError, ValueError, KeyError, ScvApiError) as error:
+        LOG.error("cannot use the kubeconfig %s: %s", args.kubeconfig, error)
+        return 2
+    agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address))
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    if args.metrics_address:
+        serve_metrics(agent, args.metrics_address)
+    agent.run()
+    return 0

@@ -1,0 +1,215 @@
+"""The Scv agent, run for real (a subprocess) against the real kube-apiserver, GPUs from the simulator.
+
+It authenticates as the node (system:node:<name>) after the scv_publish role installed the RBAC
+and the admission policy, as on a cluster. Request counts come from the agent's own metrics and
+from kube-apiserver's apiserver_request_total.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import Ansible, _venvs
+from support import COLLECTIONS, SIMULATOR_DIR, scenario_path
+
+
+@pytest.fixture(scope="module")
+def access(control_plane, tmp_path_factory):
+    """The CRD, RBAC and admission policy, installed by the scv_publish role as a site would."""
+    playbook = tmp_path_factory.mktemp("access") / "access.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.scv_publish\n"
+        "      vars:\n        scv_publish_kubeconfig: %s\n        scv_publish_state: absent\n"
+        "        scv_publish_node_name: agent-access-check\n" % control_plane.admin_kubeconfig)
+    done = Ansible(_venvs()[0]).playbook(str(playbook), "titan_xp")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return control_plane
+
+
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class AgentProcess:
+    def __init__(self, plane, node, directory, scenario="titan_xp", watch_timeout=60):
+        self.plane, self.node = plane, node
+        self.scenario = directory / "scenario.json"
+        shutil.copy(scenario_path(scenario), self.scenario)
+        self.port = free_port()
+        env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(self.scenario),
+                   PYTHONPATH=str(COLLECTIONS))
+        self.log = directory / "agent.log"
+        command = [sys.executable, "-c",
+                   "import sys; from ansible_collections.scv.gpu.plugins.module_utils._scv_agent import main; "
+                   "sys.exit(main())",
+                   "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node,
+                   "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % self.port]
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=5) as response:
+            text = response.read().decode()
+        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                if line and not line.startswith("#")}
+
+    def scv(self):
+        done = self.plane.kubectl("get", "scv", self.node, "-o", "json", check=False)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    def wait_for(self, predicate, timeout, step=0.05):
+        """Seconds until predicate() held; fails after ``timeout``."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.process.poll() is not None:
+                pytest.fail("the agent exited (%s):\n%s" % (self.process.returncode, self.log.read_text()))
+            try:
+                if predicate():
+                    return time.monotonic() - start
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            time.sleep(step)
+        pytest.fail("not within %.1f s; agent log:\n%s" % (timeout, self.log.read_text()))
+
+    def set_free_memory(self, free_bytes):
+        scenario = json.loads(self.scenario.read_text())
+        scenario["devices"][0]["memory"]["free"] = free_bytes
+        staged = self.scenario.with_suffix(".new")
+        staged.write_text(json.dumps(scenario))
+        staged.rename(self.scenario)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+        return self.process.returncode
+
+
+@pytest.fixture
+def agent(access, tmp_path, request):
+    plane = access
+    node = "agent-%s" % request.node.name.split("[")[0].replace("_", "-")[5:40].strip("-")
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    started = AgentProcess(plane, node, tmp_path)
+    yield started
+    started.stop()
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+
+
+def test_publishes_then_an_unchanged_interval_makes_no_request(agent, api_requests):
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 20)
+    scv = agent.scv()
+    assert scv["spec"] == {"updateInterval": 1000}
+    assert scv["status"]["freeMemorySum"] == 11950
+    agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 2, 10)
+
+    before_agent, before_server = agent.metrics(), api_requests.snapshot()
+    time.sleep(3.5)
+    after_agent, after_server = agent.metrics(), api_requests.snapshot()
+    assert after_agent["scv_agent_ticks_total"] - before_agent["scv_agent_ticks_total"] >= 3
+    assert after_agent["scv_agent_api_requests_total"] == before_agent["scv_agent_api_requests_total"]
+    writes = {key: count for key, count in api_requests.delta(before_server, after_server).items()
+              if key[0] not in ("GET", "LIST", "WATCH")}
+    assert writes == {}
+
+
+def test_a_memory_change_is_published_within_one_interval(agent):
+    agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 11950, 20)
+    agent.set_free_memory(6 * 2 ** 30)   # 6144 MiB free
+    took = agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 6144, 5)
+    assert took < 1.0 + 0.5, took       # one interval, plus kubectl's own start-up
+    assert agent.scv()["status"]["cardList"][0]["freeMemory"] == 6144
+
+
+def test_a_deleted_scv_is_created_again_within_one_interval(agent):
+    agent.wait_for(lambda: agent.scv() is not None and agent.scv().get("status"), 20)
+    agent.wait_for(lambda: agent.metrics()["scv_agent_api_requests_total"] >= 4, 10)  # the watch is up
+    first_uid = agent.scv()["metadata"]["uid"]
+    agent.plane.kubectl("delete", "scv", agent.node)
+    took = agent.wait_for(lambda: agent.scv()["metadata"]["uid"] != first_uid and agent.scv().get("status"), 5)
+    assert took < 1.0 + 0.5, took
+    assert agent.metrics()["scv_agent_creates_total"] == 2
+
+
+def test_a_changed_update_interval_is_honoured(agent):
+    agent.wait_for(lambda: agent.scv() is not None, 20)
+    agent.plane.kubectl("patch", "scv", agent.node, "--type=merge", "-p", '{"spec": {"updateInterval": 3000}}')
+    time.sleep(1.0)  # the watch brings the new interval
+    before = agent.metrics()["scv_agent_ticks_total"]
+    time.sleep(6.2)
+    ticks = agent.metrics()["scv_agent_ticks_total"] - before
+    assert 2 <= ticks <= 3, ticks
+    agent.plane.kubectl("patch", "scv", agent.node, "--type=merge", "-p", '{"spec": {"updateInterval": 500}}')
+    time.sleep(1.0)
+    before = agent.metrics()["scv_agent_ticks_total"]
+    time.sleep(3.0)
+    ticks = agent.metrics()["scv_agent_ticks_total"] - before
+    assert 5 <= ticks <= 7, ticks
+
+
+def test_survives_an_api_server_outage_and_publishes_when_it_returns(agent):
+    agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 11950, 20)
+    agent.plane.stop_apiserver()
+    try:
+        agent.set_free_memory(2 * 2 ** 30)   # changes while the server is away
+        time.sleep(4)
+        assert agent.process.poll() is None, agent.log.read_text()
+        assert agent.metrics()["scv_agent_errors_total"] >= 1
+    finally:
+        agent.plane.start_apiserver()
+    agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 2048, 40)
+
+
+def test_gpu_errors_make_the_card_unhealthy_not_the_agent_stop(agent):
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["health"] == "Healthy", 20)
+    scenario = json.loads(agent.scenario.read_text())
+    scenario["devices"][0]["errors"] = {"nvmlDeviceGetMemoryInfo": "UNKNOWN"}
+    staged = agent.scenario.with_suffix(".new")
+    staged.write_text(json.dumps(scenario))
+    staged.rename(agent.scenario)
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["health"] == "Unhealthy", 5)
+    assert "reading the memory information failed" in agent.scv()["status"]["cardList"][0]["healthReasons"][0]
+
+
+def test_sigterm_exits_cleanly(agent):
+    agent.wait_for(lambda: agent.scv() is not None, 20)
+    assert agent.stop() == 0
+    assert "stopped" in agent.log.read_text()
+
+
+def test_metrics_carry_per_gpu_gauges(agent):
+    agent.wait_for(lambda: agent.metrics().get('scv_gpu_memory_total_mib{node="%s",gpu="0",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node) == 12194, 20)
+    metrics = agent.metrics()
+    labels = '{node="%s",gpu="0",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node
+    assert metrics["scv_gpu_temperature_celsius" + labels] == 38
+    assert metrics["scv_gpu_power_draw_watts" + labels] == 15
+    assert metrics["scv_gpu_healthy" + labels] == 1
+
+
+def test_a_node_cannot_publish_another_nodes_scv(access, tmp_path):
+    plane = access
+    victim = "agent-victim"
+    plane.kubectl("delete", "scv", victim, "--ignore-not-found")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario_path("titan_xp")),
+               PYTHONPATH=str(COLLECTIONS))
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from ansible_collections.scv.gpu.plugins.module_utils._scv_agent import main; "
+         "sys.exit(main())", "--kubeconfig", str(plane.node_kubeconfig("agent-intruder")), "--node-name", victim],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(4)
+    process.terminate()
+    output = process.communicate(timeout=15)[0]
+    assert "may only write its own Scv" in output or "forbidden" in output.lower(), output
+    assert plane.kubectl("get", "scv", victim, check=False).returncode != 0
