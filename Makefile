@@ -105,12 +105,14 @@ demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	$(VENV)/bin/python tests/control_plane.py start $(DEMO_CLUSTER_DIR)
 	trap '$(VENV)/bin/python tests/control_plane.py stop $(DEMO_CLUSTER_DIR)' EXIT; \
 	export LD_LIBRARY_PATH=$(SIM_DIR) NVMLSIM_CONFIG=$(DEMO_SCENARIO); \
-	$(VENV)/bin/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(VENV)/bin/python \
-	  playbooks/gpu_facts.yml; \
-	$(VENV)/bin/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(VENV)/bin/python \
-	  -e scv_publish_kubeconfig=$(DEMO_CLUSTER_DIR)/admin.kubeconfig playbooks/scv.yml; \
-	echo; echo "$$ kubectl get scv"; \
-	"$$(tools/control-plane/build)/kubectl" --kubeconfig $(DEMO_CLUSTER_DIR)/admin.kubeconfig get scv
+	kubectl="$$(tools/control-plane/build)/kubectl --kubeconfig $(DEMO_CLUSTER_DIR)/admin.kubeconfig"; \
+	echo '{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "demo-node"}}' | $$kubectl create -f - && \
+	$(VENV)/bin/ansible-playbook -i playbooks/inventory/demo.yml -e ansible_python_interpreter=$(VENV)/bin/python \
+	  -e scv_gpu_kubeconfig=$(DEMO_CLUSTER_DIR)/admin.kubeconfig playbooks/site.yml && \
+	echo && echo '$$ kubectl get scv' && $$kubectl get scv && \
+	echo && echo '$$ kubectl get node demo-node --show-labels' && \
+	$$kubectl get node demo-node -o go-template='{{range $$k, $$v := .metadata.labels}}{{$$k}}={{$$v}}{{"\n"}}{{end}}' && \
+	echo && echo '$$ kubectl -n kube-system get daemonset' && $$kubectl -n kube-system get daemonset
 
 # --------------------------------------------------------------------- tests
 
@@ -137,7 +139,10 @@ sanity: $(VENV_STAMP)
 	  PATH=$(dir $(PYTHON)):$$PATH $(VENV)/bin/ansible-test sanity --venv --python $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') --color no
 
 .PHONY: lint
+# ansible-lint installs this collection into ~/.ansible/collections and keeps that copy while
+# the version in galaxy.yml stays the same; remove it so that lint sees the working tree.
 lint: $(VENV_STAMP) $(COLLECTION_LINK)
+	rm -rf $(HOME)/.ansible/collections/ansible_collections/scv/gpu
 	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/ansible-lint --offline
 
 .PHONY: unit
@@ -152,27 +157,40 @@ integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-pla
 # Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
 # the Debian image once, build-apt-repo the signed stand-in toolkit repository.
 APT_REPO := $(BUILD)/apt-repo
-MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd nvidia_driver_host nvidia_driver_secure_boot
+MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd nvidia_driver_host nvidia_driver_secure_boot scv_agent
 DRIVER_REPO := $(BUILD)/driver-repo
+MOLECULE_CLUSTER_DIR := $(BUILD)/molecule-cluster
 .PHONY: molecule
-molecule: $(VENV_STAMP) $(COLLECTION_LINK)
+molecule: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	tests/molecule/prepare-host
 	tests/molecule/build-apt-repo $(APT_REPO)
 	header=$$(find $(VENV)/lib -path '*/nvidia/*/include/nvml.h' | head -n 1); \
 	  tests/molecule/build-driver-repo $(DRIVER_REPO) "$$(dirname "$$header")"
+	$(VENV)/bin/pip download --quiet --dest $(BUILD)/agent-wheels --only-binary=:all: --python-version 3.11 \
+	  --platform manylinux_2_17_$$(uname -m) --platform manylinux2014_$$(uname -m) \
+	  $$(sed -n '/^scv_agent_python_packages:/,/^[^ ]/s/^  - //p' roles/scv_agent/defaults/main.yml)
+	$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR) >/dev/null
+	$(VENV)/bin/python tests/control_plane.py start $(MOLECULE_CLUSTER_DIR)
+	trap '$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR)' EXIT; \
+	export SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_DRIVER_REPO=$(DRIVER_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) \
+	  SCV_GPU_CLUSTER_DIR=$(MOLECULE_CLUSTER_DIR) SCV_GPU_SIMULATOR_DIR=$(SIM_DIR) \
+	  SCV_GPU_SCENARIOS=$(CURDIR)/tests/nvml_simulator/scenarios SCV_GPU_WHEELS=$(BUILD)/agent-wheels \
+	  PATH=$(VENV)/bin:$$PATH; \
+	export SCV_GPU_AGENT_KUBECONFIG=$$($(VENV)/bin/python tests/control_plane.py node-kubeconfig $(MOLECULE_CLUSTER_DIR) scv-agent-node); \
 	for scenario in $(MOLECULE_SCENARIOS); do \
-	  SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_DRIVER_REPO=$(DRIVER_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) PATH=$(VENV)/bin:$$PATH \
-	    $(VENV)/bin/molecule test -s $$scenario || exit 1; \
+	  $(VENV)/bin/molecule test -s $$scenario || exit 1; \
 	done
 
 # ----------------------------------------------------------------- benchmark
 
-.PHONY: benchmark benchmark-gpu-facts benchmark-scv
-benchmark: benchmark-gpu-facts benchmark-scv
+.PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent
+benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent
 benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
 benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
 	$(VENV)/bin/python benchmarks/scv_publish.py
+benchmark-agent: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
+	$(VENV)/bin/python benchmarks/scv_agent.py
 
 .PHONY: clean distclean
 clean:

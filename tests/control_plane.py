@@ -353,10 +353,14 @@ def _terminate(pid, grace=15):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Start or stop the test control plane.")
-    parser.add_argument("action", choices=("start", "stop"))
+    parser = argparse.ArgumentParser(description="Start or stop the test control plane, or issue a node's kubeconfig.")
+    parser.add_argument("action", choices=("start", "stop", "node-kubeconfig"))
     parser.add_argument("directory", type=pathlib.Path)
+    parser.add_argument("node", nargs="?", help="node-kubeconfig: the node whose kubelet identity to issue")
     args = parser.parse_args()
+    if args.action == "node-kubeconfig":
+        print(ControlPlane.attach(args.directory).node_kubeconfig(args.node))
+        return 0
     if args.action == "start":
         plane = ControlPlane(args.directory).start()
         print("kube-apiserver ready at %s" % plane.server)

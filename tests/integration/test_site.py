@@ -1,0 +1,70 @@
+"""playbooks/site.yml end to end: this machine as a GPU node (NVML simulator), the real API server.
+
+The API-side stages (Scv, labels, device plugin) run for real, twice: the second run must change
+nothing. The host stages (driver, toolkit, agent) change hosts; they run here in check mode, as
+`make demo` runs them, and must leave this machine as it was. Their real runs are the molecule
+scenarios.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from conftest import recap
+
+INVENTORY = """
+all:
+  children:
+    gpu_nodes:
+      hosts:
+        localhost:
+          ansible_connection: local
+          k8s_node_name: {node}
+          scv_gpu_kubeconfig: {kubeconfig}
+          nvidia_driver_branch: ""
+"""
+
+
+def inventory(tmp_path, plane, node):
+    path = tmp_path / "inventory.yml"
+    path.write_text(INVENTORY.format(node=node, kubeconfig=plane.admin_kubeconfig))
+    return str(path)
+
+
+def test_site_publishes_labels_deploys_and_a_second_run_changes_nothing(ansible, scv_crd, tmp_path):
+    plane = scv_crd
+    node = "site-node-%s" % ansible.version.replace(".", "-")
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    hosts = inventory(tmp_path, plane, node)
+
+    first = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", hosts, "--skip-tags", "host_roles")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert recap(first.stdout)["changed"] >= 3
+    scv = json.loads(plane.kubectl("get", "scv", node, "-o", "json").stdout)
+    assert scv["status"]["cardNumber"] == 8
+    labels = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3" and labels["gpu/nvidia"] == "NVIDIA-H100-80GB-HBM3"
+    assert plane.kubectl("get", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset",
+                         check=False).returncode == 0
+
+    second = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", hosts, "--skip-tags", "host_roles")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second.stdout)["changed"] == 0, second.stdout
+
+
+def test_site_host_stages_in_check_mode_leave_this_machine_alone(ansible, scv_crd, tmp_path):
+    plane = scv_crd
+    node = "site-check-%s" % ansible.version.replace(".", "-")
+    watched = [pathlib.Path(p) for p in ("/etc/apt/sources.list.d/scv-gpu-nvidia-driver.sources",
+                                         "/etc/apt/sources.list.d/nvidia-container-toolkit.sources",
+                                         "/etc/modprobe.d/scv-gpu-blacklist-nouveau.conf",
+                                         "/etc/systemd/system/scv-gpu-agent.service", "/opt/scv-gpu")]
+    before = {path: path.exists() for path in watched}
+    done = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", inventory(tmp_path, plane, node),
+                            "--tags", "host_roles", "-e", "scv_gpu_host_check_mode=true")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "would install nvidia-driver" in done.stdout
+    assert {path: path.exists() for path in watched} == before
