@@ -107,8 +107,12 @@ demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	export LD_LIBRARY_PATH=$(SIM_DIR) NVMLSIM_CONFIG=$(DEMO_SCENARIO); \
 	kubectl="$$(tools/control-plane/build)/kubectl --kubeconfig $(DEMO_CLUSTER_DIR)/admin.kubeconfig"; \
 	echo '{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "demo-node"}}' | $$kubectl create -f - && \
-	$(VENV)/bin/ansible-playbook -i playbooks/inventory/demo.yml -e ansible_python_interpreter=$(VENV)/bin/python \
-	  -e scv_gpu_kubeconfig=$(DEMO_CLUSTER_DIR)/admin.kubeconfig playbooks/site.yml && \
+	site="$(VENV)/bin/ansible-playbook -i playbooks/inventory/demo.yml -e ansible_python_interpreter=$(VENV)/bin/python \
+	  -e scv_gpu_kubeconfig=$(DEMO_CLUSTER_DIR)/admin.kubeconfig playbooks/site.yml"; \
+	echo '# site.yml, host stages in check mode: nothing on this machine changes' && \
+	$$site --tags host_roles --check && \
+	echo '# site.yml, the API-side stages against the local control plane' && \
+	$$site --skip-tags host_roles && \
 	echo && echo '$$ kubectl get scv' && $$kubectl get scv && \
 	echo && echo '$$ kubectl get node demo-node --show-labels' && \
 	$$kubectl get node demo-node -o go-template='{{range $$k, $$v := .metadata.labels}}{{$$k}}={{$$v}}{{"\n"}}{{end}}' && \

@@ -1,7 +1,7 @@
 """playbooks/site.yml end to end: this machine as a GPU node (NVML simulator), the real API server.
 
 The API-side stages (Scv, labels, device plugin) run for real, twice: the second run must change
-nothing. The host stages (driver, toolkit, agent) change hosts; they run here in check mode, as
+nothing. The host stages (driver, toolkit, agent) change hosts; they run here with --check, as
 `make demo` runs them, and must leave this machine as it was. Their real runs are the molecule
 scenarios.
 """
@@ -37,12 +37,13 @@ def test_site_publishes_labels_deploys_and_a_second_run_changes_nothing(ansible,
     node = "site-node-%s" % ansible.version.replace(".", "-")
     plane.kubectl("delete", "node", node, "--ignore-not-found")
     plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    plane.kubectl("delete", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset", "--ignore-not-found")
     plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
     hosts = inventory(tmp_path, plane, node)
 
     first = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", hosts, "--skip-tags", "host_roles")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert recap(first.stdout)["changed"] >= 3
+    assert recap(first.stdout)["changed"] >= 3   # the Scv, the labels, the DaemonSet
     scv = json.loads(plane.kubectl("get", "scv", node, "-o", "json").stdout)
     assert scv["status"]["cardNumber"] == 8
     labels = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
@@ -64,7 +65,7 @@ def test_site_host_stages_in_check_mode_leave_this_machine_alone(ansible, scv_cr
                                          "/etc/systemd/system/scv-gpu-agent.service", "/opt/scv-gpu")]
     before = {path: path.exists() for path in watched}
     done = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", inventory(tmp_path, plane, node),
-                            "--tags", "host_roles", "-e", "scv_gpu_host_check_mode=true")
+                            "--tags", "host_roles", "--check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "would install nvidia-driver" in done.stdout
     assert {path: path.exists() for path in watched} == before
