@@ -37,8 +37,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help
 help:
-	@echo "make demo         gather GPU facts on localhost from simulated GPUs and print them"
-	@echo "make test         sanity, lint, unit and integration tests (what CI runs)"
+	@echo "make demo         site.yml on localhost (simulated GPUs, host stages in check mode) against a local API server"
+	@echo "make test         sanity, lint, unit, integration and molecule tests (what CI runs)"
+	@echo "make molecule     the molecule scenarios in podman systemd containers (root)"
 	@echo "make sanity       ansible-test sanity, offline"
 	@echo "make lint         ansible-lint, production profile"
 	@echo "make unit         pytest tests/unit"
@@ -165,25 +166,31 @@ MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd nvid
 DRIVER_REPO := $(BUILD)/driver-repo
 MOLECULE_CLUSTER_DIR := $(BUILD)/molecule-cluster
 .PHONY: molecule
-molecule: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
+molecule: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	tests/molecule/prepare-host
 	tests/molecule/build-apt-repo $(APT_REPO)
 	header=$$(find $(VENV)/lib -path '*/nvidia/*/include/nvml.h' | head -n 1); \
 	  tests/molecule/build-driver-repo $(DRIVER_REPO) "$$(dirname "$$header")"
-	$(VENV)/bin/pip download --quiet --dest $(BUILD)/agent-wheels --only-binary=:all: --python-version 3.11 \
-	  --platform manylinux_2_17_$$(uname -m) --platform manylinux2014_$$(uname -m) \
-	  $$(sed -n '/^scv_agent_python_packages:/,/^[^ ]/s/^  - //p' roles/scv_agent/defaults/main.yml)
 	$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR) >/dev/null
 	$(VENV)/bin/python tests/control_plane.py start $(MOLECULE_CLUSTER_DIR)
 	trap '$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR)' EXIT; \
 	export SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_DRIVER_REPO=$(DRIVER_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) \
 	  SCV_GPU_CLUSTER_DIR=$(MOLECULE_CLUSTER_DIR) SCV_GPU_SIMULATOR_DIR=$(SIM_DIR) \
-	  SCV_GPU_SCENARIOS=$(CURDIR)/tests/nvml_simulator/scenarios SCV_GPU_WHEELS=$(BUILD)/agent-wheels \
+	  SCV_GPU_SCENARIOS=$(CURDIR)/tests/nvml_simulator/scenarios SCV_GPU_WHEELS=$(AGENT_WHEELS) \
 	  PATH=$(VENV)/bin:$$PATH; \
 	export SCV_GPU_AGENT_KUBECONFIG=$$($(VENV)/bin/python tests/control_plane.py node-kubeconfig $(MOLECULE_CLUSTER_DIR) scv-agent-node); \
 	for scenario in $(MOLECULE_SCENARIOS); do \
 	  $(VENV)/bin/molecule test -s $$scenario || exit 1; \
 	done
+
+# The Scv agent's Python packages as wheels for Debian 12's Python 3.11: the molecule scenario and
+# the agent benchmark install from this folder, as an air-gapped site would.
+AGENT_WHEELS := $(BUILD)/agent-wheels
+.PHONY: agent-wheels
+agent-wheels: $(VENV_STAMP)
+	$(VENV)/bin/pip download --quiet --dest $(AGENT_WHEELS) --only-binary=:all: --python-version 3.11 \
+	  --platform manylinux_2_17_$$(uname -m) --platform manylinux2014_$$(uname -m) \
+	  $$(sed -n '/^scv_agent_python_packages:/,/^[^ ]/s/^  - //p' roles/scv_agent/defaults/main.yml)
 
 # ----------------------------------------------------------------- benchmark
 
@@ -193,8 +200,8 @@ benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
 benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
 	$(VENV)/bin/python benchmarks/scv_publish.py
-benchmark-agent: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
-	$(VENV)/bin/python benchmarks/scv_agent.py
+benchmark-agent: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
+	$(VENV)/bin/python benchmarks/scv_agent.py --wheels $(AGENT_WHEELS)
 
 .PHONY: clean distclean
 clean:

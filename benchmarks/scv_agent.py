@@ -1,5 +1,9 @@
 """Benchmark of the Scv agent against a real kube-apiserver, 8 simulated H100s, side by side with SCV.
 
+The agent runs as the scv_agent role installs it: Debian's /usr/bin/python3 in a virtual
+environment holding only the role's packages (from --wheels), and a copy of the six
+module_utils files it uses.
+
 1. Resident memory (VmRSS) and CPU use (utime+stime from /proc) of the agent process at a 1 s
    updateInterval, over a steady-state window, sampled every second: median and maximum.
 2. API requests per minute at steady state, counted from kube-apiserver's
@@ -8,7 +12,8 @@
 4. playbooks/site.yml wall time on this machine as the demo node (API stages for real, host
    stages in check mode): first run and rerun.
 
-Run it with `make benchmark-agent`; `--window` sets the steady-state seconds (default 120).
+Run it with `make benchmark-agent`; `--window` sets the steady-state seconds (default 330, more
+than one watch of the default 300 s).
 """
 
 from __future__ import annotations
@@ -51,6 +56,23 @@ def sample(pid):
     return rss_kib / 1024.0, (int(fields[11]) + int(fields[12])) / TICK
 
 
+AGENT_FILES = ("_gpu_info.py", "_nvml.py", "_scv_status.py", "_kube.py", "_scv_publisher.py", "_scv_agent.py")
+
+
+def install_agent(work, wheels):
+    """The agent as roles/scv_agent installs it; returns its Python."""
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(work / "venv")], check=True)
+    packages = [line.strip()[2:] for line in (ROOT / "roles/scv_agent/defaults/main.yml").read_text().split(
+        "scv_agent_python_packages:", 1)[1].splitlines()[1:] if line.startswith("  - ")]
+    subprocess.run([str(work / "venv/bin/pip"), "install", "--quiet", "--no-index", "--find-links", str(wheels)]
+                   + packages, check=True)
+    lib = work / "lib/ansible_collections/scv/gpu/plugins/module_utils"
+    lib.mkdir(parents=True)
+    for name in AGENT_FILES:
+        shutil.copy(ROOT / "plugins/module_utils" / name, lib / name)
+    return work / "venv/bin/python"
+
+
 def site_runs(plane, work):
     """Wall seconds of two site.yml runs on this machine as demo-node (the make demo inventory)."""
     plane.kubectl("create", "-f", "-", input_text=json.dumps(
@@ -74,7 +96,9 @@ def site_runs(plane, work):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--window", type=int, default=120, help="steady-state seconds to measure")
+    parser.add_argument("--window", type=int, default=330, help="steady-state seconds to measure")
+    parser.add_argument("--watch-timeout", type=int, default=300, help="the agent's --watch-timeout")
+    parser.add_argument("--wheels", required=True, help="folder with the agent's wheels (make agent-wheels)")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="scv-agent-bench-"))
     plane = ControlPlane(work / "plane").start()
@@ -85,11 +109,12 @@ def main():
         scenario = work / "scenario.json"
         shutil.copy(scenario_path("h100_sxm_x8"), scenario)
         node = "bench-node"
+        python = install_agent(work, pathlib.Path(args.wheels))
         env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario),
-                   PYTHONPATH=str(COLLECTIONS))
-        command = [sys.executable, "-c", "import sys; from ansible_collections.scv.gpu.plugins.module_utils._scv_agent "
+                   PYTHONPATH=str(work / "lib"))
+        command = [str(python), "-c", "import sys; from ansible_collections.scv.gpu.plugins.module_utils._scv_agent "
                    "import main; sys.exit(main())", "--kubeconfig", str(plane.node_kubeconfig(node)),
-                   "--node-name", node, "--log-level", "WARNING"]
+                   "--node-name", node, "--log-level", "WARNING", "--watch-timeout", str(args.watch_timeout)]
         agent = subprocess.Popen(command, env=env)
         try:
             deadline = time.monotonic() + 30
@@ -130,8 +155,10 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     cpu_percent = (cpu_after - cpu_before) / elapsed * 100
-    print("machine: %s, %d cores, Python %s" % (platform.platform(), os.cpu_count(), platform.python_version()))
-    print("agent, 8 simulated GPUs, updateInterval 1000 ms, %.0f s steady state:" % elapsed)
+    print("machine: %s, %d cores; agent on %s" % (platform.platform(), os.cpu_count(), subprocess.run(
+        ["/usr/bin/python3", "--version"], capture_output=True, text=True, check=True).stdout.strip()))
+    print("agent, 8 simulated GPUs, updateInterval 1000 ms, watch timeout %d s, %.0f s steady state:"
+          % (args.watch_timeout, elapsed))
     print("  RSS: median %.1f MiB, max %.1f MiB (target < 50 MB; SCV's DaemonSet requests 200Mi)"
           % (statistics.median(rss), max(rss)))
     print("  CPU: %.2f %% of one core (target < 1 %%; SCV's DaemonSet requests 100m = 10 %%)" % cpu_percent)

@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import threading
-import time
 
 from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
 from ansible_collections.scv.gpu.plugins.module_utils._nvml import collect
@@ -93,8 +92,12 @@ class Agent:
         try:
             self._publish(facts)
         except ScvApiError as error:
-            self.failures += 1
             self.counters["errors"] += 1
+            if error.status in (404, 409):
+                # Deleted or changed meanwhile (the object is read again): no outage, no backoff.
+                LOG.info("%s; reading it again", error)
+                return min(self.interval_s(), 0.1)
+            self.failures += 1
             backoff = min(MAX_BACKOFF_S, self.interval_s() * 2 ** min(self.failures, 10))
             LOG.warning("%s; trying again in %.1f s", error, backoff)
             return backoff
@@ -182,7 +185,9 @@ class Agent:
         if kind in ("ADDED", "MODIFIED"):
             with self.lock:
                 before = ((self.scv or {}).get("spec") or {}).get("updateInterval")
-                self.scv = obj
+                # The event of our own write can arrive after the write's response: keep the newer.
+                if not _older(obj, self.scv):
+                    self.scv = obj
             if (obj.get("spec") or {}).get("updateInterval") != before:
                 LOG.info("spec.updateInterval is now %s ms", (obj.get("spec") or {}).get("updateInterval"))
                 self.wake.set()
@@ -221,6 +226,18 @@ class Agent:
         lines += ["# HELP scv_agent_api_requests_total API requests made.", "# TYPE scv_agent_api_requests_total counter",
                   "scv_agent_api_requests_total %d" % self.client.requests]
         return "\n".join(lines) + "\n"
+
+
+def _older(candidate, current):
+    """Whether ``candidate`` is an older version of the object than ``current``.
+
+    resourceVersions are etcd revisions in every API server there is; one that is not a
+    number is never judged older.
+    """
+    try:
+        return int(candidate["metadata"]["resourceVersion"]) < int(current["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def serve_metrics(agent, address):

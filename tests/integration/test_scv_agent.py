@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -190,9 +189,9 @@ def test_sigterm_exits_cleanly(agent):
 
 
 def test_metrics_carry_per_gpu_gauges(agent):
-    agent.wait_for(lambda: agent.metrics().get('scv_gpu_memory_total_mib{node="%s",gpu="0",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node) == 12194, 20)
-    metrics = agent.metrics()
     labels = '{node="%s",gpu="0",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node
+    agent.wait_for(lambda: agent.metrics().get("scv_gpu_memory_total_mib" + labels) == 12194, 20)
+    metrics = agent.metrics()
     assert metrics["scv_gpu_temperature_celsius" + labels] == 38
     assert metrics["scv_gpu_power_draw_watts" + labels] == 15
     assert metrics["scv_gpu_healthy" + labels] == 1
