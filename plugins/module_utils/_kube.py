@@ -246,7 +246,7 @@ class RestScvClient:
         self._host, self._port = url.hostname, url.port or 443
         self._prefix = url.path
         self._timeout = timeout
-        self._private = tempfile.mkdtemp(prefix="scv-agent-")
+        self._private = tempfile.mkdtemp(prefix="scv-agent-")  # for inline (-data) keys
 
         def path_of(entry, key):
             if entry.get(key + "-data"):
@@ -267,6 +267,9 @@ class RestScvClient:
         certificate = path_of(user, "client-certificate")
         if certificate:
             self._ssl.load_cert_chain(certificate, path_of(user, "client-key") or certificate)
+        # The context holds the keys now: inline ones written for load_cert_chain go at once.
+        import shutil
+        shutil.rmtree(self._private, ignore_errors=True)
         self._token = user.get("token")
         if not self._token and user.get("tokenFile"):
             with open(os.path.join(base_dir, user["tokenFile"]), encoding="utf-8") as handle:

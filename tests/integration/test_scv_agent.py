@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -212,3 +213,28 @@ def test_a_node_cannot_publish_another_nodes_scv(access, tmp_path):
     output = process.communicate(timeout=15)[0]
     assert "may only write its own Scv" in output or "forbidden" in output.lower(), output
     assert plane.kubectl("get", "scv", victim, check=False).returncode != 0
+
+
+def test_rest_client_reads_inline_kubeconfig_data(access, tmp_path):
+    """Kubelet kubeconfigs carry the CA (and often the keys) inline, base64-encoded."""
+    import base64
+    import glob
+
+    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient
+
+    plane = access
+    config = json.loads(pathlib.Path(plane.node_kubeconfig("agent-inline")).read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    for entry, key in ((cluster, "certificate-authority"), (user, "client-certificate"), (user, "client-key")):
+        entry[key + "-data"] = base64.b64encode(pathlib.Path(entry.pop(key)).read_bytes()).decode()
+    before = set(glob.glob("/tmp/scv-agent-*"))
+    client = RestScvClient(config)
+    assert set(glob.glob("/tmp/scv-agent-*")) == before   # the inline keys left no files behind
+    plane.kubectl("delete", "scv", "agent-inline", "--ignore-not-found")
+    assert client.get("agent-inline") is None
+    created = client.create({"apiVersion": "core.run-linux.com/v1", "kind": "Scv",
+                             "metadata": {"name": "agent-inline"}, "spec": {"updateInterval": 1000}})
+    assert created["metadata"]["name"] == "agent-inline"
+    assert client.get("agent-inline")["spec"] == {"updateInterval": 1000}
+    assert client.requests == 3
+    plane.kubectl("delete", "scv", "agent-inline")
