@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+import yaml
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
@@ -56,19 +58,17 @@ def sample(pid):
     return rss_kib / 1024.0, (int(fields[11]) + int(fields[12])) / TICK
 
 
-AGENT_FILES = ("_gpu_info.py", "_nvml.py", "_scv_status.py", "_kube.py", "_scv_publisher.py", "_scv_agent.py")
-
-
 def install_agent(work, wheels):
-    """The agent as roles/scv_agent installs it; returns its Python."""
+    """The agent as roles/scv_agent installs it (its packages and files, read from the role); returns its Python."""
+    role = ROOT / "roles" / "scv_agent"
+    packages = yaml.safe_load((role / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]
+    files = yaml.safe_load((role / "vars" / "main.yml").read_text())["scv_agent_module_utils"]
     subprocess.run(["/usr/bin/python3", "-m", "venv", str(work / "venv")], check=True)
-    packages = [line.strip()[2:] for line in (ROOT / "roles/scv_agent/defaults/main.yml").read_text().split(
-        "scv_agent_python_packages:", 1)[1].splitlines()[1:] if line.startswith("  - ")]
     subprocess.run([str(work / "venv/bin/pip"), "install", "--quiet", "--no-index", "--find-links", str(wheels)]
                    + packages, check=True)
     lib = work / "lib/ansible_collections/scv/gpu/plugins/module_utils"
     lib.mkdir(parents=True)
-    for name in AGENT_FILES:
+    for name in files:
         shutil.copy(ROOT / "plugins/module_utils" / name, lib / name)
     return work / "venv/bin/python"
 
