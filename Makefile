@@ -155,8 +155,8 @@ unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python -m pytest tests/unit
 
 .PHONY: integration
-integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
-	SCV_GPU_ANSIBLE_VENVS="$(VENV)$(if $(COMPAT_PYTHON), $(COMPAT_VENV))" \
+integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
+	SCV_GPU_ANSIBLE_VENVS="$(VENV)$(if $(COMPAT_PYTHON), $(COMPAT_VENV))" SCV_GPU_WHEELS=$(AGENT_WHEELS) \
 	  $(VENV)/bin/python -m pytest tests/integration
 
 # Molecule scenarios in podman systemd containers; prepare-host installs podman and builds

@@ -1,8 +1,8 @@
 """Benchmark of the Scv agent against a real kube-apiserver, 8 simulated H100s, side by side with SCV.
 
-The agent runs as the scv_agent role installs it: Debian's /usr/bin/python3 in a virtual
-environment holding only the role's packages (from --wheels), and a copy of the six
-module_utils files it uses.
+The agent runs as the scv_agent role installs it: Debian's Python 3.11 in a virtual
+environment holding only the role's packages (from --wheels), and the zipapp that the
+scv.gpu.agent_zipapp lookup builds from the collection.
 
 1. Resident memory (VmRSS) and CPU use (utime+stime from /proc) of the agent process at a 1 s
    updateInterval, over a steady-state window, sampled every second: median and maximum.
@@ -30,14 +30,12 @@ import sys
 import tempfile
 import time
 
-import yaml
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 # pylint: disable=wrong-import-position
 from control_plane import ControlPlane  # noqa: E402
-from support import COLLECTIONS, SIMULATOR_DIR, install_scv_crd, scenario_path  # noqa: E402
+from support import COLLECTIONS, SIMULATOR_DIR, install_agent, install_scv_crd, scenario_path  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -56,21 +54,6 @@ def sample(pid):
     with open("/proc/%d/stat" % pid, encoding="utf-8") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
     return rss_kib / 1024.0, (int(fields[11]) + int(fields[12])) / TICK
-
-
-def install_agent(work, wheels):
-    """The agent as roles/scv_agent installs it (its packages and files, read from the role); returns its Python."""
-    role = ROOT / "roles" / "scv_agent"
-    packages = yaml.safe_load((role / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]
-    files = yaml.safe_load((role / "vars" / "main.yml").read_text())["scv_agent_module_utils"]
-    subprocess.run(["/usr/bin/python3", "-m", "venv", str(work / "venv")], check=True)
-    subprocess.run([str(work / "venv/bin/pip"), "install", "--quiet", "--no-index", "--find-links", str(wheels)]
-                   + packages, check=True)
-    lib = work / "lib/ansible_collections/scv/gpu/plugins/module_utils"
-    lib.mkdir(parents=True)
-    for name in files:
-        shutil.copy(ROOT / "plugins/module_utils" / name, lib / name)
-    return work / "venv/bin/python"
 
 
 def site_runs(plane, work):
@@ -109,11 +92,8 @@ def main():
         scenario = work / "scenario.json"
         shutil.copy(scenario_path("h100_sxm_x8"), scenario)
         node = "bench-node"
-        python = install_agent(work, pathlib.Path(args.wheels))
-        env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario),
-                   PYTHONPATH=str(work / "lib"))
-        command = [str(python), "-c", "import sys; from ansible_collections.scv.gpu.plugins.module_utils._scv_agent "
-                   "import main; sys.exit(main())", "--kubeconfig", str(plane.node_kubeconfig(node)),
+        env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario))
+        command = install_agent(work, pathlib.Path(args.wheels)) + ["--kubeconfig", str(plane.node_kubeconfig(node)),
                    "--node-name", node, "--log-level", "WARNING", "--watch-timeout", str(args.watch_timeout)]
         agent = subprocess.Popen(command, env=env)
         try:

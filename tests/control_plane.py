@@ -98,14 +98,14 @@ class CertificateAuthority:
         key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
         return cls(directory, cert, key)
 
-    def issue(self, stem, common_name, organization=None, server_names=()):
-        """Writes <stem>.crt and <stem>.key; returns their paths."""
+    def issue(self, stem, common_name, organization=None, server_names=(), lifetime=datetime.timedelta(days=7)):
+        """Writes <stem>.crt and <stem>.key; returns their paths. The certificate expires ``lifetime`` from now."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
         builder = (
             x509.CertificateBuilder().subject_name(_name(common_name, organization)).issuer_name(self.cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=7))
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + lifetime)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             # Python 3.13's default TLS context (VERIFY_X509_STRICT) requires both identifiers.
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)

@@ -65,6 +65,11 @@ def kernel_flavour(kernel):
     return match.group(1) if match else None
 
 
+# The branch for Ubuntu and the RHEL family when nvidia_driver_branch is empty and no version
+# names one: NVIDIA's current long-term production branch.
+DEFAULT_BRANCH = "580"
+
+
 def plan(os_family, distribution, major_version, kernel, branch="", version="",
          kernel_modules="proprietary", ubuntu_server=True, secure_boot=False,
          signing_key_enrolled=False):
@@ -76,6 +81,8 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
     ``dnf_module``: the module stream to enable, or None;
     ``headers``: the kernel headers package for the running kernel;
     ``driver_package``: the package whose version is the installed driver's.
+    An empty ``branch`` is the distribution's default: Debian's one packaged branch, and
+    elsewhere the version's branch, else DEFAULT_BRANCH.
     Raises PlanError for a combination that cannot work, before anything changes.
     """
     if kernel_modules not in KERNEL_MODULES:
@@ -129,9 +136,7 @@ def _debian(kernel, branch, version, opened):
 
 
 def _ubuntu(kernel, branch, version, opened, server):
-    branch = branch or (upstream_version(version) or "").split(".")[0]
-    if not branch:
-        raise PlanError("Ubuntu packages the driver per branch (nvidia-driver-<branch>): set nvidia_driver_branch")
+    branch = branch or (upstream_version(version) or "").split(".")[0] or DEFAULT_BRANCH
     suffix = ("-server" if server else "") + ("-open" if opened else "")
     driver = "nvidia-driver-%s%s" % (branch, suffix)
     flavour = kernel_flavour(kernel)
@@ -159,9 +164,7 @@ def _redhat(major, kernel, branch, version, opened):
     if major not in EL_MODULE_RELEASES:
         raise PlanError("on the RHEL family this role installs the driver from the CUDA repository's nvidia-driver "
                         "module, which exists for EL %s, not EL %s" % (" and ".join(EL_MODULE_RELEASES), major))
-    branch = branch or (upstream_version(version) or "").split(".")[0]
-    if not branch:
-        raise PlanError("the nvidia-driver module has one stream per branch: set nvidia_driver_branch (such as 580)")
+    branch = branch or (upstream_version(version) or "").split(".")[0] or DEFAULT_BRANCH
     stream = "%s-%s" % (branch, "open" if opened else "dkms")
     dkms = "kmod-nvidia-open-dkms" if opened else "kmod-nvidia-latest-dkms"
     names = ["nvidia-driver", "nvidia-driver-cuda", dkms]

@@ -17,7 +17,10 @@ they configure ``kubernetes.core.k8s``. Every failure becomes an
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 import traceback
 
 try:
@@ -47,6 +50,7 @@ except ImportError:
 from ansible_collections.scv.gpu.plugins.module_utils._scv_status import API_VERSION, CRD_NAME, KIND
 
 FIELD_MANAGER = "scv.gpu"
+DEFAULT_REQUEST_TIMEOUT = 30.0
 CRD_HINT = ("install it with the scv.gpu.scv_publish role, or: "
             "kubectl apply -f roles/scv_publish/files/scvs.core.run-linux.com.yml (in the scv.gpu collection)")
 
@@ -85,8 +89,46 @@ def _is_missing_object(error):
         return False
 
 
-def explain(error, verb, target, server):
+class _DeadlinePassed(BaseException):
+    """Raised by the alarm of ``_deadline`` inside a call that took too long.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` in the kubernetes
+    client can swallow it and carry on waiting.
+    """
+
+
+@contextlib.contextmanager
+def _deadline(seconds):
+    """Interrupts the block after ``seconds``, with _DeadlinePassed.
+
+    The kubernetes client sends requests without a timeout unless each call passes one, and
+    kubernetes.core's discovery (run while connecting) passes none: a server that accepts the
+    connection and never answers would hold the module forever. A timer bounds the whole call,
+    retries included. Modules run single-threaded, in the main thread, where signals arrive;
+    elsewhere the block runs unbounded, as before.
+    """
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(_signum, _frame):
+        raise _DeadlinePassed()
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def explain(error, verb, target, server, timeout=None):
     """Turn an exception from the kubernetes client into an ScvApiError."""
+    if isinstance(error, _DeadlinePassed):
+        return ScvApiError("cannot %s %s: the Kubernetes API at %s did not answer within %s (raise request_timeout "
+                           "if the server is slow rather than stalled)"
+                           % (verb, target, server, "%g s" % timeout if timeout else "the request timeout"))
     if isinstance(error, ResourceNotFoundError):
         return _crd_missing(server)
     if isinstance(error, DynamicApiError) and error.status == 404 and not _is_missing_object(error):
@@ -118,6 +160,23 @@ def explain(error, verb, target, server):
     return ScvApiError("cannot %s %s: %s" % (verb, target, error))
 
 
+def _server_of(params):
+    """The API server that connection options point at, for messages: host, else the kubeconfig's."""
+    import os
+    if params.get("host"):
+        return params["host"]
+    try:
+        kubeconfig = params.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG") or os.environ.get(
+            "KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]
+        if not isinstance(kubeconfig, dict):
+            kubeconfig = load_kubeconfig(os.path.expanduser(kubeconfig))
+        if params.get("context"):
+            kubeconfig = dict(kubeconfig, **{"current-context": params["context"]})
+        return _select_context(kubeconfig, "the kubeconfig")[1]["server"]
+    except (OSError, ValueError, ScvApiError):
+        return "the API server"
+
+
 class _Client:
     """A kubernetes.core client with calls that fail as explained ScvApiErrors."""
 
@@ -125,21 +184,33 @@ class _Client:
         self._client = k8s_client
         self._resource = None
         self.server = k8s_client.configuration.host
+        self.timeout = None
 
     @classmethod
     def connect(cls, module=None, **auth):
-        """A client configured from a module's kubernetes.core auth options (or ``auth``)."""
-        server = (module.params.get("host") if module else auth.get("host")) or "the API server"
+        """A client configured from a module's kubernetes.core auth options (or ``auth``).
+
+        ``request_timeout`` (a module option, or a keyword here) bounds connecting (which runs
+        discovery) and every call after it.
+        """
+        params = module.params if module else auth
+        timeout = params.get("request_timeout") or DEFAULT_REQUEST_TIMEOUT
+        auth.pop("request_timeout", None)
         try:
-            return cls(get_api_client(module=module, **auth))
-        except Exception as error:  # pylint: disable=broad-exception-caught
-            raise explain(error, "connect to", "the Kubernetes API", server) from error
+            with _deadline(timeout):
+                client = cls(get_api_client(module=module, **auth))
+        except (Exception, _DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
+            raise explain(error, "connect to", "the Kubernetes API", _server_of(params),
+                          timeout) from error
+        client.timeout = timeout
+        return client
 
     def _call(self, verb, target, function, *args, **kwargs):
         try:
-            return function(*args, **kwargs)
-        except Exception as error:  # pylint: disable=broad-exception-caught
-            raise explain(error, verb, target, self.server) from error
+            with _deadline(self.timeout):
+                return function(*args, **kwargs)
+        except (Exception, _DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
+            raise explain(error, verb, target, self.server, self.timeout) from error
 
     @staticmethod
     def _write_options(check_mode):
@@ -151,11 +222,12 @@ class _Client:
     def _call_or_missing(self, missing, verb, target, function, **kwargs):
         """Like _call, but a 404 for an object that does not exist returns ``missing``."""
         try:
-            return function(**kwargs)
-        except Exception as error:  # pylint: disable=broad-exception-caught
+            with _deadline(self.timeout):
+                return function(**kwargs)
+        except (Exception, _DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
             if isinstance(error, NotFoundError) and _is_missing_object(error):
                 return missing
-            raise explain(error, verb, target, self.server) from error
+            raise explain(error, verb, target, self.server, self.timeout) from error
 
 
 class ScvClient(_Client):
@@ -219,113 +291,279 @@ class NodeClient(_Client):
                           content_type="application/merge-patch+json", **self._write_options(check_mode)).to_dict()
 
 
+UNSUPPORTED_USER_AUTH = (
+    ("exec", "a credential plugin (users[].user.exec)"),
+    ("auth-provider", "an auth-provider plugin (users[].user.auth-provider)"),
+    ("username", "basic authentication (users[].user.username)"),
+)
+
+
+def load_kubeconfig(path):
+    """A kubeconfig file as a dict (YAML with PyYAML when present; JSON otherwise)."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        import yaml
+    except ImportError:
+        return json.loads(text)
+    return yaml.safe_load(text)
+
+
+def _file_signature(path):
+    """What changes when a file (or the file a symlink points at) is replaced or rewritten."""
+    import os
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size)
+
+
+def _select_context(kubeconfig, origin):
+    """(context name, cluster, user name, user) of the current context; an ScvApiError if there is none."""
+    try:
+        context_name = kubeconfig.get("current-context")
+        contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or []}
+        if context_name not in contexts:
+            raise ScvApiError("%s has no current context (current-context: %r)" % (origin, context_name))
+        context = contexts[context_name]
+        cluster = {c.get("name"): c.get("cluster") for c in kubeconfig.get("clusters") or []}.get(context.get("cluster"))
+        user_name = context.get("user")
+        user = {u.get("name"): u.get("user") for u in kubeconfig.get("users") or []}.get(user_name) or {}
+        if not isinstance(cluster, dict) or not cluster.get("server"):
+            raise ScvApiError("%s: context %s names no cluster with a server" % (origin, context_name))
+        if not isinstance(user, dict):
+            raise ScvApiError("%s: user %s is not a mapping" % (origin, user_name))
+    except (AttributeError, TypeError) as error:
+        raise ScvApiError("%s is not a kubeconfig (expected mappings under clusters, users and contexts): %s"
+                          % (origin, error)) from error
+    return context_name, cluster, user_name, user
+
+
+class _Credentials:
+    """The TLS context and token of one reading of a kubeconfig, and the files it came from."""
+
+    def __init__(self, kubeconfig, base_dir, origin):
+        import base64
+        import binascii
+        import hashlib
+        import os
+        import shutil
+        import ssl
+        import tempfile
+        import urllib.parse
+
+        context_name, cluster, user_name, user = _select_context(kubeconfig, origin)
+        for key, what in UNSUPPORTED_USER_AUTH:
+            if user.get(key):
+                raise ScvApiError(
+                    "%s: user %s authenticates with %s, which scv-gpu-agent does not run; give it a kubeconfig "
+                    "with a client certificate or a token (the kubelet's /etc/kubernetes/kubelet.conf has one)"
+                    % (origin, user_name, what))
+        self.server = cluster["server"].rstrip("/")
+        url = urllib.parse.urlsplit(self.server)
+        if url.scheme != "https":
+            raise ScvApiError("%s: server %s is not an https:// address" % (origin, self.server))
+        self.host, self.port, self.prefix = url.hostname, url.port or 443, url.path
+        self.files = []           # files read, watched for rotation
+        material = hashlib.sha256()
+        private = tempfile.mkdtemp(prefix="scv-agent-")  # mode 0700: inline (-data) keys, removed below
+
+        def path_of(entry, key):
+            if entry.get(key + "-data"):
+                try:
+                    data = base64.b64decode(entry[key + "-data"], validate=True)
+                except (binascii.Error, TypeError, ValueError) as error:
+                    raise ScvApiError("%s: %s-data is not base64: %s" % (origin, key, error)) from error
+                target = os.path.join(private, key)
+                handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(handle, "wb") as stream:
+                    stream.write(data)
+                material.update(data)
+                return target
+            if entry.get(key):
+                path = os.path.join(base_dir, entry[key])
+                self.files.append(path)
+                try:
+                    with open(path, "rb") as stream:
+                        material.update(stream.read())
+                except OSError as error:
+                    raise ScvApiError("%s: cannot read %s %s: %s" % (origin, key, path, error.strerror)) from error
+                return path
+            return None
+
+        try:
+            try:
+                self.ssl = ssl.create_default_context(cafile=path_of(cluster, "certificate-authority"))
+                if cluster.get("insecure-skip-tls-verify"):
+                    self.ssl.check_hostname = False
+                    self.ssl.verify_mode = ssl.CERT_NONE
+                certificate = path_of(user, "client-certificate")
+                key = path_of(user, "client-key")
+                if certificate:
+                    self.ssl.load_cert_chain(certificate, key or certificate)
+            except (ssl.SSLError, ValueError) as error:
+                raise ScvApiError("%s: the certificates or key of user %s cannot be used: %s"
+                                  % (origin, user_name, error)) from error
+        finally:
+            # The context holds the keys now (or nothing does): inline ones never outlive this.
+            shutil.rmtree(private, ignore_errors=True)
+        self.token = user.get("token")
+        if not self.token and user.get("tokenFile"):
+            path = os.path.join(base_dir, user["tokenFile"])
+            self.files.append(path)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    self.token = handle.read().strip()
+            except OSError as error:
+                raise ScvApiError("%s: cannot read tokenFile %s: %s" % (origin, path, error.strerror)) from error
+        material.update((self.token or "").encode())
+        self.fingerprint = material.hexdigest()
+
+
 class RestScvClient:
     """Scv objects over the REST API with the standard library: the Scv agent's client.
 
     Same methods and errors as ScvClient (so the publisher works with either), plus a watch.
     ``kubeconfig`` is a parsed kubeconfig dict; file paths in it are relative to ``base_dir``.
+    ``from_file`` reads a kubeconfig file and reads it again when it changes.
+
+    Credentials follow the files they came from: before each connection the client looks at
+    the kubeconfig and the certificate, key and token files (a kubelet's
+    ``kubelet-client-current.pem`` is a symlink that rotation points elsewhere) and reads them
+    again when one changed; a 401 or 403 makes it read them again and retry once when they
+    differ. Every request gives up after ``timeout`` seconds without an answer.
     """
 
-    def __init__(self, kubeconfig, base_dir=".", timeout=10.0):
-        import os
-        import ssl
-        import tempfile
-        import urllib.parse
-
-        context_name = kubeconfig.get("current-context")
-        contexts = {c["name"]: c["context"] for c in kubeconfig.get("contexts") or []}
-        if context_name not in contexts:
-            raise ScvApiError("the kubeconfig has no current context (current-context: %r)" % (context_name,))
-        context = contexts[context_name]
-        cluster = {c["name"]: c["cluster"] for c in kubeconfig.get("clusters") or []}.get(context.get("cluster"))
-        user = {u["name"]: u["user"] for u in kubeconfig.get("users") or []}.get(context.get("user")) or {}
-        if not cluster or not cluster.get("server"):
-            raise ScvApiError("the kubeconfig's context %s names no cluster with a server" % context_name)
-        self.server = cluster["server"].rstrip("/")
-        url = urllib.parse.urlsplit(self.server)
-        self._host, self._port = url.hostname, url.port or 443
-        self._prefix = url.path
+    def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None):
+        self._path_name = path
+        self._base_dir = base_dir
         self._timeout = timeout
-        self._private = tempfile.mkdtemp(prefix="scv-agent-")  # for inline (-data) keys
-
-        def path_of(entry, key):
-            if entry.get(key + "-data"):
-                import base64
-                target = os.path.join(self._private, key)
-                with open(target, "wb") as handle:
-                    handle.write(base64.b64decode(entry[key + "-data"]))
-                os.chmod(target, 0o600)
-                return target
-            if entry.get(key):
-                return os.path.join(base_dir, entry[key])
-            return None
-
-        self._ssl = ssl.create_default_context(cafile=path_of(cluster, "certificate-authority"))
-        if cluster.get("insecure-skip-tls-verify"):
-            self._ssl.check_hostname = False
-            self._ssl.verify_mode = ssl.CERT_NONE
-        certificate = path_of(user, "client-certificate")
-        if certificate:
-            self._ssl.load_cert_chain(certificate, path_of(user, "client-key") or certificate)
-        # The context holds the keys now: inline ones written for load_cert_chain go at once.
-        import shutil
-        shutil.rmtree(self._private, ignore_errors=True)
-        self._token = user.get("token")
-        if not self._token and user.get("tokenFile"):
-            with open(os.path.join(base_dir, user["tokenFile"]), encoding="utf-8") as handle:
-                self._token = handle.read().strip()
+        self._origin = "the kubeconfig %s" % path if path else "the kubeconfig"
+        self._config_signature = _file_signature(path) if path else None
+        self._kubeconfig = None if path else kubeconfig
+        self._credentials = _Credentials(kubeconfig, base_dir, self._origin)
+        self._signatures = {name: _file_signature(name) for name in self._credentials.files}
+        self.server = self._credentials.server
         self.requests = 0
+        self.reloads = 0
+
+    @classmethod
+    def from_file(cls, path, timeout=10.0):
+        import os
+        path = os.path.abspath(path)
+        try:
+            kubeconfig = load_kubeconfig(path)
+        except (OSError, ValueError) as error:
+            raise ScvApiError("cannot read the kubeconfig %s: %s" % (path, error)) from error
+        return cls(kubeconfig, os.path.dirname(path), timeout, path=path)
+
+    def _changed_on_disk(self):
+        if self._path_name and _file_signature(self._path_name) != self._config_signature:
+            return True
+        return any(_file_signature(name) != signature for name, signature in self._signatures.items())
+
+    def reload(self, force=False):
+        """Reads the credentials again when their files changed (or ``force``); True when they differ now.
+
+        A reading that fails (a rotation caught half-way) keeps the credentials in use and says why.
+        """
+        if not (force or self._changed_on_disk()):
+            return False
+        config_signature = _file_signature(self._path_name) if self._path_name else None
+        try:
+            if self._path_name:
+                try:
+                    kubeconfig = load_kubeconfig(self._path_name)
+                except (OSError, ValueError) as error:
+                    raise ScvApiError("cannot read the kubeconfig %s: %s" % (self._path_name, error)) from error
+            else:
+                kubeconfig = self._kubeconfig_again()
+            credentials = _Credentials(kubeconfig, self._base_dir, self._origin)
+        except ScvApiError as error:
+            import logging
+            logging.getLogger("scv-gpu-agent").warning("keeping the credentials in use: %s", error)
+            return False
+        changed = credentials.fingerprint != self._credentials.fingerprint or credentials.server != self.server
+        self._credentials, self._config_signature = credentials, config_signature
+        self._signatures = {name: _file_signature(name) for name in credentials.files}
+        self.server = credentials.server
+        if changed:
+            self.reloads += 1
+        return changed
+
+    def _kubeconfig_again(self):
+        return self._kubeconfig
 
     def _connection(self, timeout=None):
         import http.client
-        return http.client.HTTPSConnection(self._host, self._port, context=self._ssl,
+        self.reload()
+        credentials = self._credentials
+        return http.client.HTTPSConnection(credentials.host, credentials.port, context=credentials.ssl,
                                            timeout=self._timeout if timeout is None else timeout)
 
     def _headers(self):
         headers = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": "scv-gpu-agent"}
-        if self._token:
-            headers["Authorization"] = "Bearer " + self._token
+        if self._credentials.token:
+            headers["Authorization"] = "Bearer " + self._credentials.token
         return headers
 
     def _path(self, name=None, subresource=None, **query):
         import urllib.parse
-        path = "%s/apis/%s/scvs" % (self._prefix, API_VERSION)
+        path = "%s/apis/%s/scvs" % (self._credentials.prefix, API_VERSION)
         if name:
-            path += "/" + urllib.parse.quote(name)
+            path += "/" + urllib.parse.quote(name, safe="")
         if subresource:
             path += "/" + subresource
         query = {key: value for key, value in query.items() if value is not None}
         return path + ("?" + urllib.parse.urlencode(query) if query else "")
 
-    def _request(self, method, verb, target, path, body=None, missing=_NO_DEFAULT):
+    def _unreachable(self, verb, target, error, timeout):
+        import socket
+        if isinstance(error, socket.timeout):
+            return ScvApiError("cannot %s %s: the Kubernetes API at %s did not answer within %g s"
+                               % (verb, target, self.server, timeout))
+        return ScvApiError("cannot %s %s: the Kubernetes API at %s is unreachable: %s"
+                           % (verb, target, self.server, error))
+
+    def _exchange(self, method, verb, target, path, body):
+        """One request; (status, payload)."""
         self.requests += 1
         connection = self._connection()
         try:
             connection.request(method, path, body=None if body is None else json.dumps(body), headers=self._headers())
             response = connection.getresponse()
-            payload = response.read()
+            return response.status, response.read()
         except (OSError, ValueError) as error:
-            raise ScvApiError("cannot %s %s: the Kubernetes API at %s is unreachable: %s"
-                              % (verb, target, self.server, error)) from error
+            raise self._unreachable(verb, target, error, self._timeout) from error
         finally:
             connection.close()
-        if response.status == 404:
+
+    def _request(self, method, verb, target, path, body=None, missing=_NO_DEFAULT):
+        status, payload = self._exchange(method, verb, target, path, body)
+        if status in (401, 403) and self.reload(force=True):
+            # Rotated credentials (a kubelet's client certificate): one more try with the new ones.
+            status, payload = self._exchange(method, verb, target, path, body)
+        if status == 404:
             # A missing object comes with a Status; an unserved resource (no CRD) with plain text.
             try:
                 reason = json.loads(payload).get("reason")
-            except ValueError:
+            except (ValueError, AttributeError):
                 reason = None
             if reason != "NotFound":
                 raise _crd_missing(self.server)
             if missing is not _NO_DEFAULT:
                 return missing
-        if response.status >= 400:
+        if status >= 400:
             try:
                 message = json.loads(payload).get("message") or payload.decode("utf-8", "replace")
-            except ValueError:
+            except (ValueError, AttributeError):
                 message = payload.decode("utf-8", "replace")
-            raise ScvApiError("cannot %s %s: HTTP %s from %s: %s" % (verb, target, response.status, self.server, message),
-                              conflict=response.status == 409, status=response.status)
+            if status == 401:
+                message += " (the credentials from %s were rejected; they are read again before the next request)" % (
+                    self._path_name or "the kubeconfig")
+            raise ScvApiError("cannot %s %s: HTTP %s from %s: %s" % (verb, target, status, self.server, message),
+                              conflict=status == 409, status=status)
         return json.loads(payload) if payload else {}
 
     def get(self, name):
@@ -347,15 +585,22 @@ class RestScvClient:
                                         dryRun="All" if check_mode else None), body)
 
     def watch(self, name, resource_version, timeout_seconds):
-        """Yields (type, object) for Scv ``name`` until the server ends the watch."""
+        """Yields (type, object) for Scv ``name`` until the server ends the watch.
+
+        The server ends it after ``timeout_seconds``; a server that goes silent for
+        ``timeout`` seconds more ends it with an error.
+        """
         self.requests += 1
         path = self._path(watch="1", fieldSelector="metadata.name=%s" % name, resourceVersion=resource_version,
                           timeoutSeconds=timeout_seconds, allowWatchBookmarks="true")
-        connection = self._connection(timeout=timeout_seconds + 30)
+        timeout = timeout_seconds + self._timeout
+        connection = self._connection(timeout=timeout)
         try:
             connection.request("GET", path, headers=self._headers())
             response = connection.getresponse()
             if response.status >= 400:
+                if response.status in (401, 403):
+                    self.reload(force=True)
                 raise ScvApiError("cannot watch Scv %s: HTTP %s from %s: %s" % (
                     name, response.status, self.server, response.read().decode("utf-8", "replace")),
                     status=response.status)
@@ -364,7 +609,6 @@ class RestScvClient:
                     event = json.loads(line)
                     yield event.get("type"), event.get("object") or {}
         except (OSError, ValueError) as error:
-            raise ScvApiError("cannot watch Scv %s: the Kubernetes API at %s is unreachable: %s"
-                              % (name, self.server, error)) from error
+            raise self._unreachable("watch", "Scv %s" % name, error, timeout) from error
         finally:
             connection.close()

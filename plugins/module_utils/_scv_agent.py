@@ -224,7 +224,10 @@ class Agent:
             lines += ["# HELP scv_agent_%s_total %s" % (name, text), "# TYPE scv_agent_%s_total counter" % name,
                       "scv_agent_%s_total %d" % (name, self.counters[name])]
         lines += ["# HELP scv_agent_api_requests_total API requests made.", "# TYPE scv_agent_api_requests_total counter",
-                  "scv_agent_api_requests_total %d" % self.client.requests]
+                  "scv_agent_api_requests_total %d" % self.client.requests,
+                  "# HELP scv_agent_credential_reloads_total Times changed credentials were read from disk.",
+                  "# TYPE scv_agent_credential_reloads_total counter",
+                  "scv_agent_credential_reloads_total %d" % getattr(self.client, "reloads", 0)]
         return "\n".join(lines) + "\n"
 
 
@@ -265,17 +268,6 @@ def serve_metrics(agent, address):
     return server
 
 
-def load_kubeconfig(path):
-    """A kubeconfig file as a dict (YAML with PyYAML when present; JSON otherwise)."""
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    try:
-        import yaml
-    except ImportError:
-        return json.loads(text)
-    return yaml.safe_load(text)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="scv-gpu-agent", description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--kubeconfig", default="/etc/kubernetes/kubelet.conf",
@@ -285,14 +277,16 @@ def main(argv=None):
     parser.add_argument("--default-interval", type=int, default=DEFAULT_INTERVAL_MS,
                         help="spec.updateInterval (ms) for an Scv the agent creates")
     parser.add_argument("--watch-timeout", type=int, default=300, help="seconds per watch request")
+    parser.add_argument("--request-timeout", type=float, default=10.0,
+                        help="seconds to wait for the API server's answer before a request fails")
     parser.add_argument("--metrics-address", default="", help="host:port for Prometheus metrics (off when empty)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     try:
-        client = RestScvClient(load_kubeconfig(args.kubeconfig), base_dir=os.path.dirname(os.path.abspath(args.kubeconfig)))
-    except (OSError, ValueError, KeyError, ScvApiError) as error:
-        LOG.error("cannot use the kubeconfig %s: %s", args.kubeconfig, error)
+        client = RestScvClient.from_file(args.kubeconfig, timeout=args.request_timeout)
+    except ScvApiError as error:
+        LOG.error("%s", error)
         return 2
     agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address))
     signal.signal(signal.SIGTERM, agent.stop)

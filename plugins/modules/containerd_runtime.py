@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: containerd_runtime
 short_description: Add the NVIDIA runtime to containerd's CRI configuration, keeping every other line
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Adds the C(nvidia) runtime (C(runtime_type = "io.containerd.runc.v2"), C(BinaryName) the NVIDIA
     container runtime) to the CRI plugin of containerd's C(config.toml), for config version 2

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: docker_daemon_config
 short_description: Merge the NVIDIA runtime and other settings into Docker's daemon.json without losing any
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Merges C(runtimes.nvidia) (the NVIDIA container runtime), optionally C(default-runtime=nvidia), and
     any other settings into Docker's C(daemon.json).

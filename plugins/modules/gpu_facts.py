@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_facts
 short_description: Gather facts about every NVIDIA GPU of a host through NVML
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads every NVIDIA GPU of the target host through NVML (the NVIDIA Management Library,
     through its Python binding nvidia-ml-py) and returns them as the C(nvidia_gpu) fact.

@@ -29,6 +29,7 @@ requirements:
   - kubernetes (Python) >= 24.2.0
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - scv.gpu.api_timeout
   - ansible.builtin.action_common_attributes
 options:
   name:
@@ -97,6 +98,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 from ansible_collections.scv.gpu.plugins.module_utils._kube import (
+    DEFAULT_REQUEST_TIMEOUT,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     NodeClient,
@@ -133,6 +135,7 @@ def apply(client, name, fact, key, check_mode):
 def main():
     argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
     argument_spec.update(
+        request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
         name=dict(type="str", required=True),
         gpu_facts=dict(type="dict", required=True),
         gpu_label_key=dict(type="str", default="gpu/nvidia", no_log=False),
@@ -142,6 +145,8 @@ def main():
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
     params = module.params
+    if params["request_timeout"] <= 0:
+        module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % params["request_timeout"])
     if not valid_label_key(params["gpu_label_key"]):
         module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
                              "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])

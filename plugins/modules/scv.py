@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: scv
 short_description: Publish a node's GPU facts as an Scv custom resource
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Creates, updates or deletes the C(Scv) object (C(core.run-linux.com/v1), cluster-scoped) that
     describes one Kubernetes node's NVIDIA GPUs, in the form SCV defined and schedulers such as
@@ -34,6 +34,7 @@ requirements:
   - the C(scvs.core.run-linux.com) custom resource definition in the cluster (the scv.gpu.scv_publish role installs it)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
+  - scv.gpu.api_timeout
   - ansible.builtin.action_common_attributes
 options:
   name:
@@ -168,6 +169,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 from ansible_collections.scv.gpu.plugins.module_utils._kube import (
+    DEFAULT_REQUEST_TIMEOUT,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     ScvApiError,
@@ -180,6 +182,7 @@ from ansible_collections.scv.gpu.plugins.module_utils._scv_status import facts_p
 def main():
     argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
     argument_spec.update(
+        request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
         name=dict(type="str", required=True),
         gpu_facts=dict(type="dict"),
         update_interval=dict(type="int", default=1000),
@@ -196,6 +199,8 @@ def main():
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
     params = module.params
+    if params["request_timeout"] <= 0:
+        module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % params["request_timeout"])
     if params["update_interval"] < 1:
         module.fail_json(msg="update_interval: expected milliseconds >= 1, got %d" % params["update_interval"])
     if params["state"] == "present":

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from support import COLLECTIONS, ROOT, SIMULATOR_DIR, install_scv_crd, scenario_path
+from support import COLLECTIONS, ROOT, SIMULATOR_DIR, install_agent, install_scv_crd, scenario_path
 
 
 def _venvs():
@@ -135,3 +135,22 @@ class ApiRequests:
 @pytest.fixture
 def api_requests(control_plane):
     return ApiRequests(control_plane)
+
+
+@pytest.fixture(scope="module")
+def access(control_plane, tmp_path_factory):
+    """The CRD, RBAC and admission policy, installed by the scv_publish role as a site would."""
+    playbook = tmp_path_factory.mktemp("access") / "access.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.scv_publish\n"
+        "      vars:\n        scv_publish_kubeconfig: %s\n        scv_publish_state: absent\n"
+        "        scv_publish_node_name: agent-access-check\n" % control_plane.admin_kubeconfig)
+    done = Ansible(_venvs()[0]).playbook(str(playbook), "titan_xp")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return control_plane
+
+
+@pytest.fixture(scope="session")
+def agent_command(tmp_path_factory):
+    """The agent as the scv_agent role installs it: its zipapp in a venv with only the role's packages."""
+    return install_agent(tmp_path_factory.mktemp("agent-install"))

@@ -12,27 +12,12 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
-from conftest import Ansible, _venvs
-from support import COLLECTIONS, SIMULATOR_DIR, scenario_path
-
-
-@pytest.fixture(scope="module")
-def access(control_plane, tmp_path_factory):
-    """The CRD, RBAC and admission policy, installed by the scv_publish role as a site would."""
-    playbook = tmp_path_factory.mktemp("access") / "access.yml"
-    playbook.write_text(
-        "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.scv_publish\n"
-        "      vars:\n        scv_publish_kubeconfig: %s\n        scv_publish_state: absent\n"
-        "        scv_publish_node_name: agent-access-check\n" % control_plane.admin_kubeconfig)
-    done = Ansible(_venvs()[0]).playbook(str(playbook), "titan_xp")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return control_plane
+from support import SIMULATOR_DIR, scenario_path
 
 
 def free_port():
@@ -43,19 +28,18 @@ def free_port():
 
 
 class AgentProcess:
-    def __init__(self, plane, node, directory, scenario="titan_xp", watch_timeout=60):
+    def __init__(self, command, plane, node, directory, scenario="titan_xp", watch_timeout=60, kubeconfig=None,
+                 extra=()):
         self.plane, self.node = plane, node
         self.scenario = directory / "scenario.json"
         shutil.copy(scenario_path(scenario), self.scenario)
         self.port = free_port()
-        env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(self.scenario),
-                   PYTHONPATH=str(COLLECTIONS))
+        env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(self.scenario))
+        env.pop("PYTHONPATH", None)
         self.log = directory / "agent.log"
-        command = [sys.executable, "-c",
-                   "import sys; from ansible_collections.scv.gpu.plugins.module_utils._scv_agent import main; "
-                   "sys.exit(main())",
-                   "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node,
-                   "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % self.port]
+        command = list(command) + [
+            "--kubeconfig", str(kubeconfig or plane.node_kubeconfig(node)), "--node-name", node,
+            "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % self.port] + list(extra)
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -97,12 +81,16 @@ class AgentProcess:
         return self.process.returncode
 
 
+def node_for(request):
+    return "agent-%s" % request.node.name.split("[")[0].replace("_", "-")[5:40].strip("-")
+
+
 @pytest.fixture
-def agent(access, tmp_path, request):
+def agent(access, agent_command, tmp_path, request):
     plane = access
-    node = "agent-%s" % request.node.name.split("[")[0].replace("_", "-")[5:40].strip("-")
+    node = node_for(request)
     plane.kubectl("delete", "scv", node, "--ignore-not-found")
-    started = AgentProcess(plane, node, tmp_path)
+    started = AgentProcess(agent_command, plane, node, tmp_path)
     yield started
     started.stop()
     plane.kubectl("delete", "scv", node, "--ignore-not-found")
@@ -198,15 +186,13 @@ def test_metrics_carry_per_gpu_gauges(agent):
     assert metrics["scv_gpu_healthy" + labels] == 1
 
 
-def test_a_node_cannot_publish_another_nodes_scv(access, tmp_path):
+def test_a_node_cannot_publish_another_nodes_scv(access, agent_command, tmp_path):
     plane = access
     victim = "agent-victim"
     plane.kubectl("delete", "scv", victim, "--ignore-not-found")
-    env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario_path("titan_xp")),
-               PYTHONPATH=str(COLLECTIONS))
+    env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario_path("titan_xp")))
     process = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from ansible_collections.scv.gpu.plugins.module_utils._scv_agent import main; "
-         "sys.exit(main())", "--kubeconfig", str(plane.node_kubeconfig("agent-intruder")), "--node-name", victim],
+        agent_command + ["--kubeconfig", str(plane.node_kubeconfig("agent-intruder")), "--node-name", victim],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(4)
     process.terminate()

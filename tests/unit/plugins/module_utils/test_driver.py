@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils._driver import (
+    DEFAULT_BRANCH,
     PlanError,
     kernel_flavour,
     plan,
@@ -96,10 +97,13 @@ def test_ubuntu_desktop_pinned():
     assert got["apt_pin"] == {"source": "nvidia-graphics-drivers-550", "version": "550.120-0ubuntu1"}
 
 
-def test_ubuntu_branch_from_version_and_required_otherwise():
-    assert plan(**UBUNTU, branch="", version="580.95.05-0ubuntu1")["driver_package"] == "nvidia-driver-580-server"
-    with pytest.raises(PlanError, match="set nvidia_driver_branch"):
-        plan(**UBUNTU, branch="")
+def test_an_empty_branch_is_the_distributions_default():
+    """The role's default (an empty branch) works on every supported distribution."""
+    assert plan(**UBUNTU, branch="", version="550.120-0ubuntu1")["driver_package"] == "nvidia-driver-550-server"
+    assert plan(**UBUNTU, branch="")["driver_package"] == "nvidia-driver-%s-server" % DEFAULT_BRANCH
+    assert plan(**RHEL9, branch="")["dnf_module"] == "nvidia-driver:%s-dkms" % DEFAULT_BRANCH
+    assert plan(**ROCKY8, branch="", version="570.86.15-1.el8")["dnf_module"] == "nvidia-driver:570-dkms"
+    assert plan(**DEBIAN, branch="")["driver_package"] == "nvidia-driver"
 
 
 def test_rhel_module_stream_profiles():

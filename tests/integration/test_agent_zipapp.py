@@ -1,0 +1,55 @@
+"""The agent's zipapp runs with nothing but the standard library, nvidia-ml-py and PyYAML."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import zipfile
+
+from support import AGENT_ROLE, SIMULATOR_DIR, scenario_path
+
+import yaml
+
+# Imports every module in the archive, then reports every module loaded from outside the standard library.
+PROBE = r"""
+import importlib, json, sys, sysconfig, zipfile
+archive = sys.argv[1]
+sys.path.insert(0, archive)
+for name in zipfile.ZipFile(archive).namelist():
+    if name.endswith(".py") and name != "__main__.py":
+        importlib.import_module(name[:-3].replace("/", ".").removesuffix(".__init__"))
+stdlib = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")}
+outside = {}
+for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None)
+    if path and not any(path.startswith(prefix) for prefix in stdlib):
+        outside[module.__name__] = path
+print(json.dumps(outside))
+"""
+
+
+def test_every_module_in_the_archive_imports_with_only_the_roles_packages(agent_command):
+    python, archive = agent_command
+    done = subprocess.run([python, "-I", "-c", PROBE, archive], capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(SIMULATOR_DIR)})
+    assert done.returncode == 0, done.stderr
+    outside = json.loads(done.stdout)
+    ours = {name for name, path in outside.items() if path.startswith(archive + "/")}
+    assert ours == {name[:-3].replace("/", ".").removesuffix(".__init__")
+                    for name in zipfile.ZipFile(archive).namelist() if name.endswith(".py") and name != "__main__.py"}
+    others = {name.split(".")[0] for name in set(outside) - ours}
+    assert others <= {"pynvml", "yaml", "_yaml"}, others
+
+    installed = subprocess.run([str(pathlib.Path(python).parent / "pip"), "list", "--format=json"],
+                               capture_output=True, text=True, check=True).stdout
+    wanted = {line.split("==")[0].lower() for line in
+              yaml.safe_load((AGENT_ROLE / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]}
+    assert {package["name"].lower() for package in json.loads(installed)} - {"pip", "setuptools"} == wanted
+
+
+def test_the_archive_runs_as_the_service_does(agent_command):
+    done = subprocess.run(agent_command + ["--help"], capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin", "NVMLSIM_CONFIG": str(scenario_path("titan_xp"))})
+    assert done.returncode == 0, done.stderr
+    assert "--kubeconfig" in done.stdout and "--request-timeout" in done.stdout
