@@ -39,6 +39,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 help:
 	@echo "make demo         site.yml on localhost (simulated GPUs, host stages in check mode) against a local API server"
 	@echo "make test         sanity, lint, unit, integration and molecule tests (what CI runs)"
+	@echo "make test-fresh   .ci/run on a clean clone with every cache moved aside, as on a fresh machine (root)"
 	@echo "make molecule     the molecule scenarios in podman systemd containers (root)"
 	@echo "make sanity       ansible-test sanity, offline"
 	@echo "make lint         ansible-lint, production profile"
@@ -123,6 +124,12 @@ demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 
 .PHONY: test
 test: sanity lint unit integration molecule
+
+# .ci/run on a clean clone of HEAD with every cache (control plane, venvs, pip, Go, ansible-test,
+# the podman image) moved aside and put back afterwards: what a fresh CI machine does.
+.PHONY: test-fresh
+test-fresh:
+	tools/test-fresh
 
 # ansible-test must run from ansible_collections/<namespace>/<name> and, to set
 # up its virtual environments, wants a pip bootstrap script it would download;

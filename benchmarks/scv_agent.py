@@ -93,8 +93,9 @@ def main():
         shutil.copy(scenario_path("h100_sxm_x8"), scenario)
         node = "bench-node"
         env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario))
-        command = install_agent(work, pathlib.Path(args.wheels)) + ["--kubeconfig", str(plane.node_kubeconfig(node)),
-                   "--node-name", node, "--log-level", "WARNING", "--watch-timeout", str(args.watch_timeout)]
+        command = install_agent(work, pathlib.Path(args.wheels)) + [
+            "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node, "--log-level", "WARNING",
+            "--watch-timeout", str(args.watch_timeout)]
         agent = subprocess.Popen(command, env=env)
         try:
             deadline = time.monotonic() + 30

@@ -6,7 +6,7 @@
 
 The names and value formats are those of NVIDIA's GPU feature discovery (GFD), which
 manifests and schedulers already select on, plus one key of the site's choosing
-(``gpu/nvidia=<model>`` by default) for the seeds' DaemonSets. The labels in
+(``gpu/nvidia=<model>`` by default) for DaemonSets that select on a key of their own. The labels in
 :data:`GFD_KEYS` and the site's key are ours: they are set, changed and removed to match
 the facts. Every other label of a Node is left alone.
 """

@@ -102,7 +102,7 @@ EXAMPLES = r"""
     state: restarted
   when: daemon_json is changed
 
-- name: The seeds' daemon.json settings, merged
+- name: SCV's deployment guide's daemon.json settings, merged
   scv.gpu.docker_daemon_config:
     backup: true
     settings:

@@ -42,8 +42,8 @@ options:
     required: true
   gpu_label_key:
     description:
-      - The site's own label key for GPU nodes, set to the sanitised model (the seeds label nodes
-        C(gpu/nividia=<model>) by hand). The scv.gpu DaemonSets select on it.
+      - The site's own label key for GPU nodes, set to the sanitised model (some community GPU-node guides
+        label nodes C(gpu/nividia=<model>) by hand). The scv.gpu DaemonSets select on it.
     type: str
     default: gpu/nvidia
 attributes:

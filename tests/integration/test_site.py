@@ -22,7 +22,6 @@ all:
           ansible_connection: local
           k8s_node_name: {node}
           scv_gpu_kubeconfig: {kubeconfig}
-          nvidia_driver_branch: ""
 """
 
 
