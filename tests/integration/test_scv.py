@@ -192,7 +192,7 @@ def test_kubectl_get_scv_columns(ansible, scv_crd):
 
 
 def test_scv_readme_example_is_accepted_unchanged(scv_crd):
-    """The object from SCV's README (seed 000), less what only a server sets."""
+    """The object from SCV's README, less what only a server sets."""
     plane = scv_crd
     spec = {"updateInterval": 1000}
     status = {
