@@ -120,7 +120,8 @@ def _deadline(seconds):
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        # None: the previous handler was not set from Python; the default is what it was.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
 
 
 def explain(error, verb, target, server, timeout=None):
