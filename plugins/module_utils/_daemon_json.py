@@ -13,11 +13,17 @@ from __future__ import annotations
 import copy
 import glob
 import json
+import math
 import os
 import re
 import shlex
 
 RUNTIME_NAME = "nvidia"
+# Deeper than any daemon.json Docker reads (its deepest settings nest four levels); deeper
+# documents are refused before anything recursive (copy, merge, render) touches them.
+MAX_DEPTH = 64
+# dockerd reads integers into Go's 64-bit types.
+_INT_LIMIT = 2 ** 63
 
 
 class DaemonJsonError(Exception):
@@ -33,27 +39,103 @@ def _reject_duplicates(pairs):
     return seen
 
 
+class _BadNumber(Exception):
+    """A number literal that JSON (and dockerd) cannot hold: NaN, Infinity, or out of range."""
+
+    def __init__(self, literal):
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _refuse_constant(literal):
+    raise _BadNumber(literal)
+
+
+def _finite_float(literal):
+    value = float(literal)
+    if math.isinf(value):
+        raise _BadNumber(literal)
+    return value
+
+
+def _bounded_int(literal):
+    # Compare by length first: int() of a very long literal is slow, or refused outright.
+    if len(literal.lstrip("-")) > 19 or not -_INT_LIMIT <= int(literal) < _INT_LIMIT:
+        raise _BadNumber(literal)
+    return int(literal)
+
+
+# Strings (skipped) and the number-like literals of a JSON text, in order.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?')
+
+
+def _line_and_column(text, literal):
+    """Where ``literal`` first stands as a value (not inside a string) in ``text``: (line, column), 1-based."""
+    for match in _TOKENS.finditer(text):
+        if match.group() == literal:
+            offset = match.start()
+            return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return 0, 0
+
+
+def depth(document):
+    """How deep arrays and objects nest in ``document`` (a scalar is 0), without recursion."""
+    deepest, pending = 0, [(document, 1)]
+    while pending:
+        value, level = pending.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level <= MAX_DEPTH:
+            pending.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def parse(text, path):
     """The document in ``text`` (a dict); empty text is ``{}``.
 
     Raises DaemonJsonError naming ``path`` and the position for invalid JSON, a
-    top level that is not an object, or a key given twice in one object (Docker
-    would silently keep the last one; a merge must not pick for the user).
+    number JSON cannot hold (NaN, Infinity, 1e400, an integer beyond 64 bits), nesting
+    deeper than MAX_DEPTH, a top level that is not an object, or a key given twice in
+    one object (Docker would silently keep the last one; a merge must not pick for the
+    user).
     """
     if not text.strip():
         return {}
     try:
-        document = json.loads(text, object_pairs_hook=_reject_duplicates)
+        document = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_refuse_constant,
+                              parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as error:
         raise DaemonJsonError("%s is not valid JSON: %s at line %d, column %d (character %d); fix it or "
                               "remove it, it was left untouched"
                               % (path, error.msg, error.lineno, error.colno, error.pos)) from error
+    except _BadNumber as error:
+        line, column = _line_and_column(text, error.literal)
+        raise DaemonJsonError("%s: %s at line %d, column %d is not a number JSON can hold (a finite number, "
+                              "integers within 64 bits); dockerd would refuse the file too. Fix it; the file was "
+                              "left untouched" % (path, error.literal[:40], line, column)) from None
+    except RecursionError:
+        raise DaemonJsonError("%s nests arrays or objects deeper than Python's parser goes; no daemon.json "
+                              "needs more than a few levels. Fix it; the file was left untouched" % path) from None
     except ValueError as error:
         raise DaemonJsonError("%s: %s; keep one of them, the file was left untouched" % (path, error)) from error
     if not isinstance(document, dict):
         raise DaemonJsonError("%s holds a JSON %s at the top level, but daemon.json must be an object "
                               "({...}); the file was left untouched" % (path, type(document).__name__))
+    if depth(document) > MAX_DEPTH:
+        raise DaemonJsonError("%s nests arrays or objects more than %d levels deep; no daemon.json needs more "
+                              "than a few. Fix it; the file was left untouched" % (path, MAX_DEPTH))
     return document
+
+
+def canonical(document):
+    """A text equal for two documents exactly when JSON says they are equal.
+
+    Python says ``1 == True`` and ``1 == 1.0``; JSON (and dockerd) do not, so
+    comparisons go through this instead of ``==``. Object key order does not count.
+    """
+    return json.dumps(document, sort_keys=True, ensure_ascii=True)
 
 
 def _deep_merge(base, extra):
@@ -67,6 +149,28 @@ def _deep_merge(base, extra):
     return merged
 
 
+def _contradictions(runtime_path, runtime_args, default_runtime, settings):
+    """What ``settings`` asks that the module's own options ask otherwise."""
+    found = []
+    if "default-runtime" in settings:
+        wanted = settings["default-runtime"]
+        if default_runtime is True and wanted != RUNTIME_NAME:
+            found.append("settings sets default-runtime to %s, but default_runtime is true (nvidia): set "
+                         "default_runtime: false (or null) to choose another default" % json.dumps(wanted))
+        elif default_runtime is False and wanted == RUNTIME_NAME:
+            found.append("settings sets default-runtime to nvidia, but default_runtime is false: set "
+                         "default_runtime: true instead")
+    nvidia = (settings.get("runtimes") or {}).get(RUNTIME_NAME) if isinstance(settings.get("runtimes"), dict) else None
+    if isinstance(nvidia, dict):
+        if "path" in nvidia and nvidia["path"] != runtime_path:
+            found.append("settings sets runtimes.nvidia.path to %s, but runtime_path is %s: set runtime_path "
+                         "instead" % (json.dumps(nvidia["path"]), runtime_path))
+        if "runtimeArgs" in nvidia and canonical(nvidia["runtimeArgs"]) != canonical(list(runtime_args)):
+            found.append("settings sets runtimes.nvidia.runtimeArgs to %s, but runtime_args is %s: set "
+                         "runtime_args instead" % (json.dumps(nvidia["runtimeArgs"]), json.dumps(list(runtime_args))))
+    return found
+
+
 def merge(document, runtime_path, runtime_args, default_runtime, settings):
     """The daemon.json document with the nvidia runtime and ``settings`` merged in.
 
@@ -74,8 +178,12 @@ def merge(document, runtime_path, runtime_args, default_runtime, settings):
     ``default-runtime`` or in ``settings`` is kept as it was. ``default_runtime``
     True makes nvidia the default; False removes ``default-runtime`` only when it
     names nvidia; None leaves it alone. ``settings`` merge deeply: objects key by
-    key, lists and scalars replace.
+    key, lists and scalars replace. Settings that contradict the other options raise
+    DaemonJsonError rather than lose silently.
     """
+    problems = _contradictions(runtime_path, runtime_args, default_runtime, settings or {})
+    if problems:
+        raise DaemonJsonError("; ".join(problems) + "; nothing was written")
     merged = _deep_merge(document, settings or {})
     runtimes = merged.get("runtimes")
     if runtimes is None:
@@ -96,12 +204,18 @@ def merge(document, runtime_path, runtime_args, default_runtime, settings):
 
 
 def render(document, previous_text=""):
-    """The file's new text: the previous file's indentation (default 4 spaces), a final newline."""
+    """The file's new text: the previous file's indentation (default 4 spaces), a final newline.
+
+    Text stays as it was written (UTF-8, not escaped), except lone surrogates: a file may
+    spell one as an escape (``"\\udc80"``), which UTF-8 cannot encode, so it is written back
+    as that escape.
+    """
     indent = 4
     match = re.search(r"^([ \t]+)\S", previous_text, re.MULTILINE)
     if match:
         indent = match.group(1) if "\t" in match.group(1) else len(match.group(1))
-    return json.dumps(document, indent=indent, ensure_ascii=False) + "\n"
+    text = json.dumps(document, indent=indent, ensure_ascii=False) + "\n"
+    return re.sub("[\ud800-\udfff]", lambda lone: "\\u%04x" % ord(lone.group()), text)
 
 
 # ------------------------------------------------------- dockerd flags in units
@@ -197,15 +311,32 @@ def dockerd_flags(files):
     flags = {}
     for command in exec_start:
         expanded = re.sub(r"\$\{?(\w+)\}?", lambda m: environment.get(m.group(1), ""), command.lstrip("-@+!:"))
-        for word in shlex.split(expanded)[1:]:
+        words = shlex.split(expanded)[1:]
+        for index, word in enumerate(words):
             if not word.startswith("-") or word == "-":
                 continue
-            name = word.lstrip("-").split("=", 1)[0]
+            name, has_value, value = word.lstrip("-").partition("=")
             key = _FLAG_KEYS.get(name, name)
+            if key == "runtimes":
+                # dockerd merges --add-runtime with the file's runtimes: only a runtime defined in
+                # both places is a conflict. The flag's value is name=path.
+                value = value if has_value else (words[index + 1] if index + 1 < len(words) else "")
+                key = "runtimes.%s" % value.partition("=")[0]
             flags.setdefault(key, "%s: %s" % (source, word.split("=", 1)[0]))
     return flags
 
 
 def conflicts(document, flags):
-    """daemon.json keys that dockerd also gets as flags (Docker then refuses to start)."""
-    return sorted((key, flags[key]) for key in document if key in flags)
+    """daemon.json keys that dockerd also gets as flags (Docker then refuses to start).
+
+    ``runtimes`` is the one key dockerd merges with its flags; there, a runtime defined in
+    both places (``runtimes.<name>``) is the conflict.
+    """
+    found = []
+    for key in document:
+        if key == "runtimes" and isinstance(document[key], dict):
+            found.extend(("runtimes.%s" % name, flags["runtimes.%s" % name]) for name in document[key]
+                         if "runtimes.%s" % name in flags)
+        elif key in flags:
+            found.append((key, flags[key]))
+    return sorted(found)

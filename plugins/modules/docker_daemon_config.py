@@ -16,14 +16,22 @@ description:
   - Every key the module does not set is kept as it was, including nested objects such as C(features),
     other runtimes, and keys this module has never heard of.
   - A missing or empty file counts as C({}). A file that is not valid JSON, whose top level is not an
-    object, or that gives a key twice in one object, is refused with the file and position named, and
-    left untouched.
+    object, that gives a key twice in one object, that holds a number JSON cannot (C(NaN), C(Infinity),
+    C(1e400), an integer beyond 64 bits), or that nests more than 64 levels deep, is refused with the
+    file and position named, and left untouched.
+  - Values compare as JSON does, not as Python does, so an existing C(1) is not the C(true) a setting
+    asks for, and C(1.0) is not C(1).
+  - When O(path) is a symbolic link, the file it points at is merged into and written (atomically,
+    keeping the link); the link itself stays as it is.
   - The file is written atomically (a temporary file renamed over it), keeping its owner and mode,
     only when its content changes.
   - Before writing, the module reads the dockerd command line from the systemd unit and its
     drop-ins (expanding variables such as C($DOCKER_OPTS) from C(EnvironmentFile)). A setting that
     would end up both in daemon.json and as a dockerd flag stops Docker from starting, so the module
-    fails and names both instead.
+    fails and names both instead. C(runtimes) is the exception dockerd makes: it merges C(--add-runtime)
+    flags with the file's runtimes, so only a runtime defined in both places is refused.
+  - Settings that contradict the other options (a C(default-runtime) other than C(nvidia) with
+    O(default_runtime=true), a C(runtimes.nvidia) path other than O(runtime_path)) are refused.
 author:
   - scv.gpu contributors (!UNKNOWN)
 extends_documentation_fragment:
@@ -121,10 +129,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: The file merged into.
+  description: The file merged into, as given.
   returned: always
   type: str
   sample: /etc/docker/daemon.json
+written_path:
+  description: The file read and written; the target of O(path) when that is a symbolic link.
+  returned: always
+  type: str
+  sample: /srv/config/docker/daemon.json
 config:
   description: The daemon.json document after the merge (what the file holds, or would hold in check mode).
   returned: always
@@ -144,6 +157,7 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
     DaemonJsonError,
+    canonical,
     conflicts,
     dockerd_flags,
     merge,
@@ -174,13 +188,19 @@ def main():
     )
     params = module.params
     path = params["path"]
+    # A symlinked daemon.json (configuration kept elsewhere) is written through: the target changes,
+    # the link stays. Writing over the link would leave its target stale and unlinked.
+    target = os.path.realpath(path) if os.path.islink(path) else path
     try:
+        if target != path and not os.path.isdir(os.path.dirname(target)):
+            raise DaemonJsonError("%s is a symbolic link to %s, whose folder does not exist; fix the link or remove "
+                                  "it, nothing was written" % (path, target))
         try:
-            previous = read_text(path)
+            previous = read_text(target)
         except UnicodeDecodeError as error:
             raise DaemonJsonError("%s is not UTF-8 text (byte %d); fix it, the file was left untouched"
                                   % (path, error.start)) from error
-        document = parse(previous or "", path)
+        document = parse(previous or "", path if target == path else "%s (-> %s)" % (path, target))
         merged = merge(document, params["runtime_path"], params["runtime_args"], params["default_runtime"],
                        params["settings"])
         if params["check_unit_flags"]:
@@ -197,12 +217,12 @@ def main():
     except OSError as error:
         module.fail_json(msg="cannot read %s: %s" % (path, to_native(error)), path=path)
 
-    changed = previous is None or merged != document
+    changed = previous is None or canonical(merged) != canonical(document)
     text = render(merged, previous or "") if changed else previous
-    result = dict(changed=changed, path=path, config=merged)
-    apply_text(module, path, previous, text, result, params["backup"])
-    file_args = module.load_file_common_arguments(params)
-    if not module.check_mode or os.path.exists(path):
+    result = dict(changed=changed, path=path, written_path=target, config=merged)
+    apply_text(module, target, previous, text, result, params["backup"])
+    file_args = module.load_file_common_arguments(params, path=target)
+    if not module.check_mode or os.path.exists(target):
         result["changed"] = module.set_fs_attributes_if_different(file_args, result["changed"])
     module.exit_json(**result)
 

@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
     DaemonJsonError,
+    canonical,
     conflicts,
     dockerd_flags,
     merge,
@@ -204,3 +205,79 @@ def test_flags_come_from_the_effective_exec_start(tmp_path):
 def test_no_unit_no_flags(tmp_path):
     assert unit_files("docker.service", [str(tmp_path)]) == []
     assert dockerd_flags([]) == {}
+
+
+# ------------------------------------------------------------ hostile and unlucky input
+
+@pytest.mark.parametrize("text, literal, line, column", [
+    ('{"shutdown-timeout": 1e400}', "1e400", 1, 22),
+    ('{\n  "mtu": NaN\n}', "NaN", 2, 10),
+    ('{"a": "Infinity",\n "b": [1, -Infinity]}', "-Infinity", 2, 11),
+    ('{"max-concurrent-downloads": 123456789012345678901234567890}', "123456789012345678901234567890", 1, 30),
+    ('{"x": "1e400", "y": 1e400}', "1e400", 1, 21),    # the string is not the number
+])
+def test_numbers_json_cannot_hold_are_refused_with_line_and_column(text, literal, line, column):
+    with pytest.raises(DaemonJsonError) as error:
+        parse(text, "/etc/docker/daemon.json")
+    assert str(error.value).startswith("/etc/docker/daemon.json: %s at line %d, column %d is not a number JSON "
+                                       "can hold" % (literal, line, column))
+
+
+@pytest.mark.parametrize("levels", [65, 500, 5000, 100000])
+def test_deep_nesting_is_refused_not_a_recursion_error(levels):
+    text = '{"a": ' + "[" * levels + "]" * levels + "}"
+    with pytest.raises(DaemonJsonError, match="nests arrays or objects"):
+        parse(text, "/etc/docker/daemon.json")
+
+
+def test_nesting_within_the_limit_is_merged():
+    nested = json.loads('{"a": ' + "[" * 60 + "]" * 60 + "}")
+    assert parse(json.dumps(nested), "f") == nested
+
+
+@pytest.mark.parametrize("escaped", ["\\udc80", "\\ud800", "a\\udfffb", "\\ud83d\\ude00"])
+def test_lone_surrogates_round_trip_as_escapes(escaped):
+    document = parse('{"labels": ["%s"]}' % escaped, "f")
+    text = render(merge(document, RUNTIME, [], True, {}))
+    text.encode("utf-8")                          # writable as UTF-8
+    assert parse(text, "f")["labels"] == document["labels"]
+    if escaped == "\\ud83d\\ude00":               # a real pair is a character, written as itself
+        assert "\U0001F600" in text
+
+
+@pytest.mark.parametrize("on_disk, requested", [(1, True), (0, False), (1.0, 1), (True, 1), (1, 1.0)])
+def test_values_compare_as_json_not_as_python(on_disk, requested):
+    document = {"debug": on_disk}
+    merged = merge(document, RUNTIME, [], None, {"debug": requested})
+    assert merged["debug"] == requested and type(merged["debug"]) is type(requested)
+    assert canonical(merged["debug"]) != canonical(on_disk)
+
+
+def test_add_runtime_flags_merge_with_the_files_runtimes(tmp_path):
+    lib = str(tmp_path / "lib")
+    write(os.path.join(lib, "docker.service"),
+          "[Service]\nExecStart=/usr/bin/dockerd --add-runtime crun=/usr/bin/crun --add-runtime=youki=/usr/bin/youki\n")
+    flags = dockerd_flags(unit_files("docker.service", [lib]))
+    document = {"runtimes": {"nvidia": {"path": RUNTIME}, "runsc": {"path": "/usr/bin/runsc"}}}
+    assert conflicts(document, flags) == []
+    document["runtimes"]["youki"] = {"path": "/usr/local/bin/youki"}
+    assert conflicts(document, flags) == [("runtimes.youki", "%s: --add-runtime" % os.path.join(lib, "docker.service"))]
+
+
+@pytest.mark.parametrize("default_runtime, settings, message", [
+    (True, {"default-runtime": "runc"}, 'settings sets default-runtime to "runc", but default_runtime is true'),
+    (False, {"default-runtime": "nvidia"}, "settings sets default-runtime to nvidia, but default_runtime is false"),
+    (True, {"runtimes": {"nvidia": {"path": "/opt/nvidia-container-runtime"}}},
+     'settings sets runtimes.nvidia.path to "/opt/nvidia-container-runtime", but runtime_path is'),
+    (None, {"runtimes": {"nvidia": {"runtimeArgs": ["--debug"]}}},
+     'settings sets runtimes.nvidia.runtimeArgs to ["--debug"], but runtime_args is []'),
+])
+def test_settings_that_contradict_the_options_are_errors(default_runtime, settings, message):
+    with pytest.raises(DaemonJsonError) as error:
+        merge({}, RUNTIME, [], default_runtime, settings)
+    assert message in str(error.value) and "nothing was written" in str(error.value)
+
+
+def test_settings_that_agree_with_the_options_are_fine():
+    merged = merge({}, RUNTIME, [], None, {"default-runtime": "runc", "runtimes": {"nvidia": {"path": RUNTIME}}})
+    assert merged["default-runtime"] == "runc"

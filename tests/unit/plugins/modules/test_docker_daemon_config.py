@@ -167,3 +167,92 @@ def test_extra_settings_merge(capsys, paths):
     assert json.loads(path.read_text()) == {
         "log-opts": {"max-file": "3", "max-size": "100m"}, "default-runtime": "crun",
         "storage-driver": "overlay2", "runtimes": {"nvidia": NVIDIA}}
+
+
+# ------------------------------------------------------------ hostile and unlucky input
+
+@pytest.mark.parametrize("text, message", [
+    ('{"mtu": 1e400}', "1e400 at line 1, column 9 is not a number JSON can hold"),
+    ('{"mtu": NaN}', "NaN at line 1, column 9 is not a number JSON can hold"),
+    ('{"a": ' + "[" * 3000 + "]" * 3000 + "}", "nests arrays or objects"),
+])
+def test_unholdable_numbers_and_deep_nesting_are_refused_and_left_untouched(capsys, paths, text, message):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text(text)
+    before = snapshot(path)
+    code, result = run(capsys, args_for(paths))
+    assert code == 1 and message in result["msg"] and str(path) in result["msg"]
+    assert snapshot(path) == before
+
+
+def test_a_json_true_replaces_a_one_and_the_rerun_is_clean(capsys, paths):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text(json.dumps({"debug": 1, "live-restore": 1.0, "runtimes": {"nvidia": NVIDIA},
+                                "default-runtime": "nvidia"}))
+    code, result = run(capsys, args_for(paths, settings={"debug": True, "live-restore": 1}))
+    assert code == 0 and result["changed"] is True
+    on_disk = json.loads(path.read_text())
+    assert on_disk["debug"] is True and type(on_disk["live-restore"]) is int
+    assert result["config"] == on_disk
+    code, result = run(capsys, args_for(paths, settings={"debug": True, "live-restore": 1}))
+    assert code == 0 and result["changed"] is False
+
+
+def test_lone_surrogate_escapes_survive_two_runs(capsys, paths):
+    path, _units = paths
+    path.parent.mkdir()
+    path.write_text('{"labels": ["tag=\\udc80", "x=\\ud800"]}')
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is True
+    path.read_bytes().decode("utf-8")
+    assert json.loads(path.read_text())["labels"] == ["tag=\udc80", "x=\ud800"]
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is False
+
+
+def test_a_symlinked_daemon_json_is_written_through_and_stays_a_link(capsys, paths, tmp_path):
+    path, _units = paths
+    kept = tmp_path / "config" / "docker-daemon.json"
+    kept.parent.mkdir()
+    kept.write_text(json.dumps({"log-driver": "journald"}))
+    path.parent.mkdir()
+    path.symlink_to(kept)
+    code, result = run(capsys, args_for(paths, backup=True))
+    assert code == 0 and result["changed"] is True
+    assert path.is_symlink() and os.readlink(path) == str(kept)
+    assert result["written_path"] == str(kept)
+    assert json.loads(kept.read_text())["log-driver"] == "journald"
+    assert json.loads(kept.read_text())["default-runtime"] == "nvidia"
+    assert result["backup_file"].startswith(str(kept))
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is False
+
+
+def test_a_link_into_a_missing_folder_is_refused(capsys, paths, tmp_path):
+    path, _units = paths
+    path.parent.mkdir()
+    path.symlink_to(tmp_path / "gone" / "daemon.json")
+    code, result = run(capsys, args_for(paths))
+    assert code == 1 and "is a symbolic link to" in result["msg"] and "nothing was written" in result["msg"]
+    assert path.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_a_runtime_added_by_flag_is_no_conflict(capsys, paths):
+    path, units = paths
+    (units / "docker.service").write_text(
+        "[Service]\nExecStart=/usr/bin/dockerd -H fd:// --add-runtime crun=/usr/bin/crun\n")
+    code, result = run(capsys, args_for(paths))
+    assert code == 0 and result["changed"] is True
+    (units / "docker.service").write_text(
+        "[Service]\nExecStart=/usr/bin/dockerd --add-runtime nvidia=/usr/bin/nvidia-container-runtime\n")
+    code, result = run(capsys, args_for(paths))
+    assert code == 1 and "runtimes.nvidia" in result["msg"]
+
+
+def test_a_setting_that_contradicts_default_runtime_fails(capsys, paths):
+    path, _units = paths
+    code, result = run(capsys, args_for(paths, settings={"default-runtime": "runc"}))
+    assert code == 1 and "default_runtime is true" in result["msg"]
+    assert not path.exists()
