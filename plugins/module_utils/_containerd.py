@@ -12,7 +12,10 @@ key, and the result is checked with a TOML parser before anything is written.
 
 from __future__ import annotations
 
+import copy
+import glob
 import json
+import os
 import re
 
 try:
@@ -45,7 +48,16 @@ def parse(text, path):
 
 def config_version(config, path):
     version = config.get("version")
-    if version not in CRI_CONTAINERD:
+    if isinstance(version, str) and version.strip() in ("2", "3"):
+        raise ContainerdConfigError(
+            '%s has version = "%s", a string; containerd reads only an integer there: write version = %s '
+            "(no quotes); nothing was written" % (path, version, version.strip()))
+    if isinstance(version, float):
+        raise ContainerdConfigError(
+            "%s has version = %s, a float; containerd refuses it and reads only an integer: write version = %d; "
+            "nothing was written" % (path, version, version) if version.is_integer() else
+            "%s has version = %s; containerd reads only an integer (2 or 3); nothing was written" % (path, version))
+    if type(version) is not int or version not in CRI_CONTAINERD:  # bool is an int too: refuse it
         raise ContainerdConfigError(
             "%s has config version %s; this role edits version 2 (containerd 1.x) and 3 (containerd 2.x): "
             "run `containerd config migrate`, or start from `containerd config default`; nothing was written"
@@ -67,13 +79,80 @@ def table_header(keys):
     return "[" + ".".join(key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key) for key in keys) + "]"
 
 
+_KEY_PART = re.compile(r"""\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*""")
+
+
 def _header_keys(line):
-    """The key path of a ``[table]`` header line, or None for anything else."""
+    """The key path of a ``[table]`` header line (bare, "basic" and 'literal' keys), or None for anything else."""
     stripped = line.strip()
     if not stripped.startswith("[") or stripped.startswith("[["):
         return None
-    body = stripped[1:stripped.index("]")] if "]" in stripped else ""
-    return tuple(part.strip().strip('"') for part in re.findall(r'\s*(?:"[^"]*"|[^."]+)\s*', body))
+    keys, position = [], 1
+    while True:
+        match = _KEY_PART.match(stripped, position)
+        if not match:
+            return None
+        basic, literal, bare = match.groups()
+        keys.append(json.loads('"%s"' % basic) if basic is not None else literal if literal is not None else bare)
+        position = match.end()
+        if stripped.startswith("]", position):
+            return tuple(keys)
+        if not stripped.startswith(".", position):
+            return None
+        position += 1
+
+
+def _code_starts(text):
+    """For each line of ``text``: whether it starts outside a multi-line string, and where its comment starts.
+
+    Text inside \"\"\"...\"\"\" or \'\'\'...\'\'\' is never configuration, and a '#' inside any
+    string is not a comment. Returns [(outside, comment_column or None)], one per line.
+    """
+    lines, state, index, length = [], None, 0, len(text)
+    line_start, outside, comment = 0, True, None
+    while index <= length:
+        if index == length or text[index] == "\n":
+            lines.append((outside, None if comment is None else comment - line_start))
+            if index == length:
+                break
+            index += 1
+            line_start, comment = index, None
+            outside = state is None
+            if state in ('"', "'"):
+                state = None   # a single-line string cannot span lines (the parser reports it)
+                outside = True
+            continue
+        char = text[index]
+        if state is None:
+            if char == "#":
+                comment = index
+                index = text.find("\n", index)
+                index = length if index < 0 else index
+                continue
+            if text.startswith('"""', index) or text.startswith("'''", index):
+                state, index = text[index:index + 3], index + 3
+                continue
+            if char in ('"', "'"):
+                state = char
+        elif state == '"':
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                state = None
+        elif state == "'":
+            if char == "'":
+                state = None
+        elif state == '"""':
+            if char == "\\":
+                index += 1
+            elif text.startswith('"""', index):
+                state, index = None, index + 3
+                continue
+        elif state == "'''" and text.startswith("'''", index):
+            state, index = None, index + 3
+            continue
+        index += 1
+    return lines
 
 
 def _literal(value):
@@ -82,24 +161,42 @@ def _literal(value):
     return json.dumps(value)
 
 
+def _newline_of(text):
+    return "\r\n" if "\r\n" in text and text.count("\r\n") * 2 >= text.count("\n") else "\n"
+
+
 def set_key(text, table, key, value):
-    """``text`` with ``key = value`` in table ``table`` (a key path), other lines untouched."""
+    """``text`` with ``key = value`` in table ``table`` (a key path), other lines untouched.
+
+    A rewritten line keeps its indentation, its inline comment and its line ending; a new line
+    takes the file's line ending. Lines inside multi-line strings are never read as keys or headers.
+    """
     lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if _header_keys(line) == tuple(table)), None)
+    starts = _code_starts(text)
+    code = [starts[i][0] if i < len(starts) else True for i in range(len(lines))]
+    newline = _newline_of(text)
+    start = next((i for i, line in enumerate(lines) if code[i] and _header_keys(line) == tuple(table)), None)
     if start is None:
         if text and not text.endswith("\n"):
-            text += "\n"
-        return text + "\n%s\n  %s = %s\n" % (table_header(table), key, _literal(value))
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
-    pattern = re.compile(r"^(\s*)%s\s*=" % re.escape(key))
+            text += newline
+        return text + "%s%s%s  %s = %s%s" % (newline, table_header(table), newline, key, _literal(value), newline)
+    end = next((i for i in range(start + 1, len(lines)) if code[i] and lines[i].lstrip().startswith("[")),
+               len(lines))
+    pattern = re.compile(r"""^(\s*)(?:%s|"%s"|'%s')\s*=""" % ((re.escape(key),) * 3))
     for i in range(start + 1, end):
-        match = pattern.match(lines[i])
+        match = pattern.match(lines[i]) if code[i] else None
         if match:
-            newline = "\n" if lines[i].endswith("\n") else ""
-            lines[i] = "%s%s = %s%s" % (match.group(1), key, _literal(value), newline)
+            ending = "\r\n" if lines[i].endswith("\r\n") else "\n" if lines[i].endswith("\n") else ""
+            comment_at = starts[i][1]
+            comment = ""
+            if comment_at is not None:
+                body = lines[i][:len(lines[i]) - len(ending)]
+                spacing = re.search(r"\s*$", body[:comment_at]).group()
+                comment = (spacing or " ") + body[comment_at:]
+            lines[i] = "%s%s = %s%s%s" % (match.group(1), key, _literal(value), comment, ending)
             return "".join(lines)
-    header_indent = re.match(r"^(\s*)", lines[start]).group(1)
-    lines.insert(start + 1, "%s  %s = %s\n" % (header_indent, key, _literal(value)))
+    header_indent = re.match(r"^(\s*)", lines[start]).group(1).strip("\r\n")
+    lines.insert(start + 1, "%s  %s = %s%s" % (header_indent, key, _literal(value), newline))
     return "".join(lines)
 
 
@@ -124,20 +221,99 @@ def desired_settings(config, version, binary, default_runtime, enable_cdi=False)
     return settings
 
 
-def add_runtime(text, path, binary, default_runtime, enable_cdi=False):
+def resolve_imports(path, imports, version=3):
+    """The files ``imports`` names, as containerd resolves them: relative to ``path``'s folder, globs expanded.
+
+    containerd 1.6 expanded a relative glob from its working directory instead (``/`` under
+    systemd); for a version 2 file, which 1.6 reads, those matches count too.
+    """
+    files = []
+    for entry in imports if isinstance(imports, list) else []:
+        if not isinstance(entry, str):
+            continue
+        resolved = os.path.normpath(entry if os.path.isabs(entry) else os.path.join(os.path.dirname(path), entry))
+        if "*" not in entry:
+            files.append(resolved)
+            continue
+        files.extend(sorted(glob.glob(resolved)))
+        if version == 2 and not os.path.isabs(entry):
+            files.extend(match for match in sorted(glob.glob(os.path.join("/", entry))) if match not in files)
+    return files
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _deep_merge(base, extra):
+    merged = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def effective_configs(config, version, path, read=_read):
+    """{rule: (config as containerd runs it, {plugin: the import that last set it})}, imports merged in.
+
+    Imported files override the main file. containerd 1.6 replaces each plugin section an
+    import names as a whole; 1.7 and 2.x merge it key by key. A version 2 file may meet either,
+    so both are returned for it.
+    """
+    rules = ("replace", "merge") if version == 2 else ("merge",)
+    results = {}
+    for rule in rules:
+        merged, sources = copy.deepcopy(config), {}
+        for imported_path in resolve_imports(path, config.get("imports"), version):
+            try:
+                imported = parse(read(imported_path), imported_path)
+            except OSError as error:
+                raise ContainerdConfigError("%s imports %s, which cannot be read (%s); containerd would not start "
+                                            "either; nothing was written" % (path, imported_path, error)) from error
+            for plugin, section in (imported.get("plugins") or {}).items():
+                plugins = merged.setdefault("plugins", {})
+                if rule == "replace" or not isinstance(plugins.get(plugin), dict) or not isinstance(section, dict):
+                    plugins[plugin] = copy.deepcopy(section)
+                else:
+                    plugins[plugin] = _deep_merge(plugins[plugin], section)
+                sources[plugin] = imported_path
+        results[rule] = (merged, sources)
+    return results
+
+
+def _overrides(config, version, path, settings, read):
+    """[(setting, the value containerd would run with, the import that decides it)] where imports win."""
+    found = []
+    for rule, (merged, sources) in effective_configs(config, version, path, read).items():
+        for table, key, value in settings:
+            got = lookup(merged, table + (key,))
+            if got != value:
+                source = sources.get(table[1], path)
+                found.append(("%s.%s" % (table_header(table)[1:-1], key), got, source, rule))
+    return found
+
+
+def add_runtime(text, path, binary, default_runtime, enable_cdi=False, read=_read):
     """``(new_text, settings)``: the config with the nvidia runtime; ``text`` when nothing is missing.
 
-    Raises ContainerdConfigError when the result would not hold exactly the
-    intended values (for example a table written inline, which is not edited).
+    What counts is the configuration containerd runs with, imports merged in: when imports
+    already give every setting, nothing is edited; when an import would override an edit,
+    ContainerdConfigError names it. Raises ContainerdConfigError too when the result would
+    not hold exactly the intended values (for example a table written inline, which is not edited).
     """
     config = parse(text, path)
     version = config_version(config, path)
     settings = desired_settings(config, version, binary, default_runtime, enable_cdi)
+    if config.get("imports") and not _overrides(config, version, path, settings, read):
+        return text, settings          # the effective configuration already holds the runtime
     new_text = text
     for table, key, value in settings:
         if lookup(config, table + (key,)) != value:
             new_text = set_key(new_text, table, key, value)
-    if new_text == text:
+    if new_text == text and not config.get("imports"):
         return text, settings
     try:
         result = parse(new_text, path)
@@ -152,4 +328,15 @@ def add_runtime(text, path, binary, default_runtime, enable_cdi=False):
     if {key: value for key, value in result.items() if key != "plugins"} != unchanged:
         raise ContainerdConfigError("%s: editing would change settings outside the CRI plugin; nothing was written"
                                     % path)
+    overridden = _overrides(result, version, path, settings, read)
+    if overridden:
+        details = "; ".join(
+            "%s would be %s, from %s%s" % (setting, "unset" if got is None else json.dumps(got), source,
+                                           " (containerd 1.6 replaces the whole plugin section an import names)"
+                                           if rule == "replace" else "")
+            for setting, got, source, rule in overridden)
+        raise ContainerdConfigError(
+            "%s: its imports override what this module would write, and containerd runs with the imports merged "
+            "in (they win): %s. Put the nvidia runtime in that import, or remove it from imports; nothing was "
+            "written" % (path, details))
     return new_text, settings

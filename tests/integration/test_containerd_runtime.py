@@ -156,3 +156,96 @@ def test_enable_cdi(capsys, containerd, site_config):
     dump(containerd, site_config)   # containerd 1.6 still accepts the file (it ignores the key)
     code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), enable_cdi=True))
     assert code == 0 and result["changed"] is False
+
+
+# ------------------------------------------------------------ hostile and unlucky input
+
+@pytest.mark.parametrize("text, message", [
+    ("version = 2.0\n", "has version = 2.0, a float; containerd refuses it and reads only an integer: write version = 2"),
+    ('version = "2"\n', 'has version = "2", a string; containerd reads only an integer there: write version = 2'),
+    ("version = true\n", "has config version True"),
+])
+def test_a_version_containerd_would_not_read_is_refused(capsys, containerd, tmp_path, text, message):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    code, result = run(capsys, dict(path=str(path), containerd=str(containerd)))
+    assert code == 1 and message in result["msg"], result["msg"]
+    assert path.read_text() == text
+    if text.startswith("version = 2.0"):   # the reason: containerd itself refuses the float
+        assert subprocess.run([str(containerd), "--config", str(path), "config", "dump"], capture_output=True,
+                              check=False).returncode != 0
+
+
+def test_single_quoted_headers_of_the_kubernetes_docs_are_edited():
+    """Config version 3 as the Kubernetes documentation writes it: literal-string keys in table headers."""
+    text = ("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'\n"
+            "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n")
+    new, _settings = add_runtime(text, "config.toml", NVIDIA, True)
+    assert new.count("[plugins.'io.containerd.cri.v1.runtime'.containerd]") == 1   # edited, not duplicated
+    containerd = tomllib.loads(new)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    assert containerd["default_runtime_name"] == "nvidia"
+    assert containerd["runtimes"]["nvidia"]["options"] == {"BinaryName": NVIDIA, "SystemdCgroup": True}
+
+
+def test_inline_comments_and_crlf_line_endings_are_kept(capsys, containerd, site_config):
+    text = site_config.read_text().replace('default_runtime_name = "runc"',
+                                           'default_runtime_name = "runc"  # chosen by the site, 2026')
+    site_config.write_bytes(text.replace("\n", "\r\n").encode())
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
+    assert code == 0 and result["changed"] is True, result
+    data = site_config.read_bytes()
+    assert b'default_runtime_name = "nvidia"  # chosen by the site, 2026\r\n' in data
+    assert data.count(b"\n") == data.count(b"\r\n")           # every line still ends in CRLF
+    assert cri(dump(containerd, site_config))["containerd"]["default_runtime_name"] == "nvidia"
+
+
+def test_text_inside_multi_line_strings_never_becomes_configuration():
+    text = ('version = 2\nnote = """\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+            'default_runtime_name = "pretend"\n"""\n'
+            '[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n')
+    new, _settings = add_runtime(text, "config.toml", NVIDIA, True)
+    config = tomllib.loads(new)
+    assert config["note"] == tomllib.loads(text)["note"]     # the string is untouched
+    assert cri(config)["containerd"]["default_runtime_name"] == "nvidia"
+
+
+def _with_import(site_config, dropin_text):
+    dropins = site_config.parent / "conf.d"
+    dropins.mkdir(exist_ok=True)
+    (dropins / "50-site.toml").write_text(dropin_text)
+    text = site_config.read_text().replace("imports = []", 'imports = ["%s/*.toml"]' % dropins)
+    assert str(dropins) in text
+    site_config.write_text(text)
+    return dropins / "50-site.toml"
+
+
+def test_an_import_that_overrides_the_edit_fails_and_names_it(capsys, containerd, site_config):
+    dropin = _with_import(site_config, 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+                                       '  default_runtime_name = "runc"\n')
+    before = site_config.read_text()
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
+    assert code == 1, result
+    assert str(dropin) in result["msg"] and "default_runtime_name would be" in result["msg"]
+    assert site_config.read_text() == before
+    # what the message says is what containerd does: the import wins over the main file
+    imports = 'imports = ["%s/*.toml"]' % dropin.parent
+    edited, _settings = add_runtime(before.replace(imports, "imports = []"), str(site_config), NVIDIA, True)
+    site_config.write_text(edited.replace("imports = []", imports))
+    assert cri(dump(containerd, site_config))["containerd"]["default_runtime_name"] == "runc"
+
+
+def test_an_import_that_already_holds_the_runtime_is_no_change(capsys, containerd, site_config):
+    _with_import(site_config, subprocess.run(
+        [str(containerd), "config", "default"], capture_output=True, text=True, check=True).stdout.replace(
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\n\n"
+        "        [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n"
+        "          runtime_type = \"io.containerd.runc.v2\"\n"
+        "          [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+        "            BinaryName = \"%s\"\n            SystemdCgroup = true\n" % NVIDIA).replace(
+        "SystemdCgroup = false", "SystemdCgroup = true"))
+    before = site_config.read_text()
+    assert "nvidia" in cri(dump(containerd, site_config))["containerd"]["runtimes"]
+    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd)))
+    assert code == 0 and result["changed"] is False, result
+    assert site_config.read_text() == before
