@@ -112,33 +112,58 @@ def _gone_reason(code):
 
 
 def _as_text(value):
+    """Text from NVML, made safe: bytes that are not UTF-8 become U+FFFD."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _text_call(function, *args):
+    """``function(*args)``; a string pynvml cannot decode comes back as its raw bytes.
+
+    pynvml decodes NVML's strings as strict UTF-8, so a card whose name or UUID holds
+    other bytes would raise from inside pynvml; those bytes are in the error.
+    """
+    try:
+        return function(*args)
+    except UnicodeDecodeError as error:
+        return bytes(error.object)
 
 
 class _CardReader:
     """Queries one device, turning NVML answers into fields and health reasons."""
 
-    def __init__(self, handle, reasons):
+    def __init__(self, handle, reasons, unchecked=None, prefix=""):
         self.handle = handle
         self.reasons = reasons
+        self.unchecked = [] if unchecked is None else unchecked
+        self.prefix = prefix
 
-    def query(self, what, function, *args):
+    def query(self, what, function, *args, health=False):
         """Call ``function(handle, *args)``; None when the card cannot tell.
 
         A failure other than "not supported" becomes a health reason naming the
         query (SCV marks such a card Unhealthy too). GPU_IS_LOST and
         RESET_REQUIRED raise CardGone so that a dead card costs no more calls.
+        A health check (``health``) that NVML refuses for lack of permission is
+        recorded in ``unchecked``: the card is not known to be healthy there.
         """
         try:
-            return function(self.handle, *args)
+            return _text_call(function, self.handle, *args)
         except pynvml.NVMLError as error:
             code = _error_code(error)
+            if health and code == _NO_PERMISSION:
+                self.note_unchecked(what)
+                return None
             if code in _ABSENT:
                 return None
             if code in _CARD_GONE:
                 raise CardGone(_gone_reason(code))
-            self.reasons.append("reading the %s failed: %s" % (what, _describe(error)))
+            self.reasons.append("%sreading the %s failed: %s" % (self.prefix, what, _describe(error)))
             return None
+
+    def note_unchecked(self, what):
+        note = "%s%s: no permission to read it (run as root to check it)" % (self.prefix, what)
+        if note not in self.unchecked:
+            self.unchecked.append(note)
 
 
 def _clock_event_reasons(handle):
@@ -153,7 +178,7 @@ def _clock_event_reasons(handle):
 
 def _read_health(reader, card):
     reasons = reader.reasons
-    ecc = reader.query("ECC mode", pynvml.nvmlDeviceGetEccMode)
+    ecc = reader.query("ECC mode", pynvml.nvmlDeviceGetEccMode, health=True)
     if ecc is not None:
         card["eccEnabled"] = bool(ecc[0])
         if ecc[0]:
@@ -164,7 +189,7 @@ def _read_health(reader, card):
                 ("correctedVolatile", _MEMORY_ERROR_CORRECTED, _VOLATILE_ECC),
                 ("correctedAggregate", _MEMORY_ERROR_CORRECTED, _AGGREGATE_ECC),
             ):
-                value = reader.query("ECC error count", pynvml.nvmlDeviceGetTotalEccErrors, kind, counter)
+                value = reader.query("ECC error count", pynvml.nvmlDeviceGetTotalEccErrors, kind, counter, health=True)
                 if value is not None:
                     counts[key] = value
             card["eccErrors"] = counts
@@ -172,13 +197,13 @@ def _read_health(reader, card):
                 reasons.append("%d uncorrectable ECC errors since the driver loaded"
                                % counts["uncorrectedVolatile"])
 
-    pending = reader.query("retired pages", pynvml.nvmlDeviceGetRetiredPagesPendingStatus)
+    pending = reader.query("retired pages", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, health=True)
     if pending is not None:
         card["retiredPagesPending"] = bool(pending)
         if pending:
             reasons.append("memory pages are pending retirement: reset the GPU or reboot the node")
 
-    rows = reader.query("remapped rows", pynvml.nvmlDeviceGetRemappedRows)
+    rows = reader.query("remapped rows", pynvml.nvmlDeviceGetRemappedRows, health=True)
     if rows is not None:
         correctable, uncorrectable, remap_pending, remap_failed = rows
         card["remappedRows"] = {
@@ -193,7 +218,9 @@ def _read_health(reader, card):
             reasons.append("row remapping is pending: reset the GPU")
 
     fields = reader.query("GPU recovery action", pynvml.nvmlDeviceGetFieldValues,
-                          [_FI_DEV_GET_GPU_RECOVERY_ACTION])
+                          [_FI_DEV_GET_GPU_RECOVERY_ACTION], health=True)
+    if fields is not None and fields[0].nvmlReturn == _NO_PERMISSION:
+        reader.note_unchecked("GPU recovery action")
     if fields is not None and fields[0].nvmlReturn == 0:
         action = fields[0].value.uiVal
         card["recoveryAction"] = action
@@ -201,7 +228,7 @@ def _read_health(reader, card):
             reasons.append("%s after a critical XID error"
                            % _RECOVERY_ACTIONS.get(action, "the driver asks for recovery action %d" % action))
 
-    event_reasons = reader.query("clock event reasons", _clock_event_reasons)
+    event_reasons = reader.query("clock event reasons", _clock_event_reasons, health=True)
     if event_reasons is not None:
         if event_reasons & _HW_THERMAL_SLOWDOWN:
             reasons.append("hardware thermal slowdown: the GPU is too hot and its clocks are cut")
@@ -225,21 +252,23 @@ def _read_telemetry(reader, card):
 
 
 def _read_mig_device(parent_reader, index):
-    handle = parent_reader.query("MIG device handle", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
+    slot = _CardReader(parent_reader.handle, parent_reader.reasons, parent_reader.unchecked,
+                       prefix="MIG device %d: " % index)
+    handle = slot.query("handle", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
     if handle is None:
         return None
-    reader = _CardReader(handle, parent_reader.reasons)
+    reader = _CardReader(handle, parent_reader.reasons, parent_reader.unchecked, prefix="MIG device %d: " % index)
     device = {"index": index}
     for key, what, function in (
-        ("uuid", "MIG device UUID", pynvml.nvmlDeviceGetUUID),
-        ("model", "MIG device name", pynvml.nvmlDeviceGetName),
+        ("uuid", "UUID", pynvml.nvmlDeviceGetUUID),
+        ("model", "name", pynvml.nvmlDeviceGetName),
         ("gpuInstanceId", "GPU instance id", pynvml.nvmlDeviceGetGpuInstanceId),
         ("computeInstanceId", "compute instance id", pynvml.nvmlDeviceGetComputeInstanceId),
     ):
         value = reader.query(what, function)
         if value is not None:
             device[key] = _as_text(value)
-    memory = reader.query("MIG device memory", pynvml.nvmlDeviceGetMemoryInfo)
+    memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo)
     if memory is not None:
         device["totalMemory"] = bytes_to_mib(memory.total)
         device["freeMemory"] = bytes_to_mib(memory.free)
@@ -256,16 +285,31 @@ def _read_mig(reader, card):
         return
     devices = []
     slots = reader.query("MIG device count", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
+    first_reason = len(reader.reasons)
     for index in range(slots):
         device = _read_mig_device(reader, index)
         if device is not None:
             devices.append(device)
     card["migDevices"] = devices
+    reader.reasons[first_reason:] = _group_mig_reasons(reader.reasons[first_reason:])
+
+
+def _group_mig_reasons(reasons):
+    """One reason per failure, naming every MIG device it struck: "MIG devices 0, 1, 2: ..."."""
+    grouped = {}
+    for reason in reasons:
+        head, sep, rest = reason.partition(": ")
+        if sep and head.startswith("MIG device "):
+            grouped.setdefault(rest, []).append(head[len("MIG device "):])
+        else:
+            grouped.setdefault(reason, None)
+    return ["%s %s: %s" % ("MIG devices" if len(slots) > 1 else "MIG device", ", ".join(slots), rest)
+            if slots else rest for rest, slots in grouped.items()]
 
 
 def _read_card(index, subsets):
     card = {"id": index}
-    reasons = []
+    reasons, unchecked = [], []
     try:
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -275,7 +319,7 @@ def _read_card(index, subsets):
                 raise CardGone(_gone_reason(code))
             reasons.append("the driver cannot open this GPU: %s" % _describe(error))
             return _finish(card, reasons)
-        reader = _CardReader(handle, reasons)
+        reader = _CardReader(handle, reasons, unchecked)
 
         name = reader.query("name", pynvml.nvmlDeviceGetName)
         if name is not None:
@@ -292,6 +336,10 @@ def _read_card(index, subsets):
             card["totalMemory"] = bytes_to_mib(memory.total)
             card["freeMemory"] = bytes_to_mib(memory.free)
             card["usedMemory"] = bytes_to_mib(memory.used)
+            if memory.free > memory.total or memory.used > memory.total:
+                reasons.append("the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; "
+                               "reset the GPU or reload the driver" % (card["freeMemory"], card["usedMemory"],
+                                                                      card["totalMemory"]))
         clock = reader.query("maximum memory clock", pynvml.nvmlDeviceGetMaxClockInfo, _CLOCK_MEM)
         if clock is not None:
             card["clock"] = clock
@@ -336,12 +384,14 @@ def _read_card(index, subsets):
                 card["processCount"] = len(processes)
     except CardGone as gone:
         reasons.append(str(gone))
-    return _finish(card, reasons)
+    return _finish(card, reasons, unchecked)
 
 
-def _finish(card, reasons):
+def _finish(card, reasons, unchecked=()):
     card["health"] = UNHEALTHY if reasons else HEALTHY
     card["healthReasons"] = reasons
+    if unchecked:
+        card["healthUnchecked"] = list(unchecked)
     return card
 
 
@@ -375,7 +425,7 @@ def collect(subsets):
             ("nvml_version", pynvml.nvmlSystemGetNVMLVersion),
         ):
             try:
-                facts[key] = _as_text(function())
+                facts[key] = _as_text(_text_call(function))
             except pynvml.NVMLError:
                 pass
         try:

@@ -25,7 +25,7 @@ SCV_CARD_FIELDS = ("id", "model", "totalMemory", "freeMemory", "clock", "core", 
 # What scv.gpu adds to each card: stable facts only. Telemetry (temperature,
 # utilization, power draw) changes every second and would turn every publish
 # into a write; it belongs in metrics, not in the Scv.
-EXTRA_CARD_FIELDS = ("healthReasons", "uuid", "pciBusId", "computeCapability", "family")
+EXTRA_CARD_FIELDS = ("healthReasons", "healthUnchecked", "uuid", "pciBusId", "computeCapability", "family")
 
 # The status fields SCV compares to decide whether to write (its NeedUpdate),
 # plus healthyCardNumber, which is derived from the card list.

@@ -221,6 +221,14 @@ ansible_facts:
               type: list
               elements: str
               sample: ["2 uncorrectable ECC errors since the driver loaded"]
+            healthUnchecked:
+              description:
+                - Health checks that NVML refused for lack of permission (ECC, retired pages, remapped rows, the
+                  recovery action, clock event reasons). The card is not known to pass them; run as root to check.
+                - Absent when every check ran.
+              type: list
+              elements: str
+              sample: ["ECC mode: no permission to read it (run as root to check it)"]
             uuid:
               description: The GPU's UUID.
               type: str

@@ -11,6 +11,7 @@ from ansible_collections.scv.gpu.plugins.module_utils import _nvml
 from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import GATHER_SUBSETS
 
 import scenario_expectations as expected
+from support import scenario_path
 
 ALL = list(GATHER_SUBSETS)
 
@@ -135,3 +136,68 @@ def test_unreadable_scenario_makes_nvml_unavailable_not_a_crash(nvml_simulator, 
     assert facts["nvml_available"] is False
     assert facts["nvml_error"] == "NVML could not be initialised: Unknown Error"
     assert facts["cardList"] == []
+
+
+# ------------------------------------------------------------ hostile and unlucky input
+
+def _derived(tmp_path, monkeypatch, name, change):
+    """A scenario derived from ``name`` by ``change(scenario)``, which may return raw bytes to write."""
+    scenario = json.loads(scenario_path(name).read_text())
+    written = change(scenario)
+    path = tmp_path / ("%s-derived.json" % name)
+    if isinstance(written, bytes):
+        path.write_bytes(written)
+    else:
+        path.write_text(json.dumps(scenario))
+    monkeypatch.setenv("NVMLSIM_CONFIG", str(path))
+
+
+def test_non_utf8_names_and_uuids_are_made_safe_and_every_card_reported(nvml_simulator, tmp_path, monkeypatch):
+    def change(scenario):
+        scenario["devices"][2]["name"] = "NVIDIA H100 \u00a7BAD\u00a7"
+        scenario["devices"][2]["uuid"] = "GPU-\u00a7BAD\u00a7"
+        # the simulator copies the file's bytes as they are: put bytes that are not UTF-8 there
+        return json.dumps(scenario, ensure_ascii=False).encode().replace("\u00a7".encode(), b"\xff")
+    _derived(tmp_path, monkeypatch, "h100_sxm_x8", change)
+    facts = _nvml.collect(ALL)
+    assert len(facts["cardList"]) == 8
+    bad = facts["cardList"][2]
+    assert bad["model"] == "NVIDIA H100 \ufffdBAD\ufffd" and bad["uuid"] == "GPU-\ufffdBAD\ufffd"
+    json.dumps(facts).encode("utf-8")
+    assert [card["model"] for i, card in enumerate(facts["cardList"]) if i != 2] == ["NVIDIA H100 80GB HBM3"] * 7
+    assert all(card["health"] == "Healthy" for card in facts["cardList"])
+
+
+HEALTH_QUERIES = ("nvmlDeviceGetEccMode", "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
+                  "nvmlDeviceGetFieldValues")
+
+
+@pytest.mark.parametrize("function", HEALTH_QUERIES + ("nvmlDeviceGetTotalEccErrors",))
+def test_health_that_could_not_be_checked_says_so(nvml_simulator, tmp_path, monkeypatch, function):
+    def change(scenario):
+        scenario["devices"][0].setdefault("errors", {})[function] = "NO_PERMISSION"
+    _derived(tmp_path, monkeypatch, "h100_sxm_x8", change)
+    card = _nvml.collect(ALL)["cardList"][0]
+    assert len(card["healthUnchecked"]) == 1 and "no permission to read it" in card["healthUnchecked"][0]
+    assert card["healthReasons"] == []
+    assert "healthUnchecked" not in _nvml.collect(ALL)["cardList"][1]
+
+
+def test_mig_failures_are_one_reason_naming_the_devices(nvml_simulator, tmp_path, monkeypatch):
+    def change(scenario):
+        scenario["devices"][0].setdefault("errors", {})["nvmlDeviceGetMigDeviceHandleByIndex"] = "UNKNOWN"
+    _derived(tmp_path, monkeypatch, "a100_mig", change)
+    card = _nvml.collect(ALL)["cardList"][0]
+    mig_reasons = [reason for reason in card["healthReasons"] if "MIG" in reason]
+    assert len(mig_reasons) == 1, card["healthReasons"]
+    assert mig_reasons[0].startswith("MIG devices 0, 1, 2, 3, 4, 5, 6: reading the handle failed: ")
+
+
+def test_more_free_memory_than_there_is_is_unhealthy(nvml_simulator, tmp_path, monkeypatch):
+    def change(scenario):
+        memory = scenario["devices"][0]["memory"]
+        memory["free"] = memory["total"] + 2 ** 30
+    _derived(tmp_path, monkeypatch, "titan_xp", change)
+    card = _nvml.collect(ALL)["cardList"][0]
+    assert card["health"] == "Unhealthy"
+    assert card["healthReasons"][0].startswith("the memory reading cannot be right: 13218 MiB free")
