@@ -28,8 +28,9 @@ SCV_CARD_FIELDS = ("id", "model", "totalMemory", "freeMemory", "clock", "core", 
 EXTRA_CARD_FIELDS = ("healthReasons", "healthUnchecked", "uuid", "pciBusId", "computeCapability", "family")
 
 # The status fields SCV compares to decide whether to write (its NeedUpdate),
-# plus healthyCardNumber, which is derived from the card list.
-COMPARED_FIELDS = ("cardList", "cardNumber", "totalMemorySum", "freeMemorySum", "healthyCardNumber")
+# plus those scv.gpu derives from the cards.
+COMPARED_FIELDS = ("cardList", "cardNumber", "totalMemorySum", "freeMemorySum", "healthyCardNumber",
+                   "unhealthyCardList", "unhealthyCardNumber")
 
 
 def _omit_empty(mapping, keep=()):
@@ -38,14 +39,28 @@ def _omit_empty(mapping, keep=()):
             if key in keep or value not in (0, "", None, [], {})}
 
 
+def usable(card):
+    """Whether a scheduler can place work on ``card``: Healthy, with its memory known."""
+    return card.get("health") == HEALTHY and bool(card.get("totalMemory"))
+
+
 def desired_status(facts):
-    """The status an Scv should carry for these GPU facts (without ``updateTime``)."""
+    """The status an Scv should carry for these GPU facts (without ``updateTime``).
+
+    The consumer contract: ``cardList``, ``cardNumber`` and the memory sums describe the
+    cards a scheduler can use, and nothing else. Schedulers written for SCV (Yoda-Scheduler)
+    count ``cardNumber`` against a pod's ``scv/number`` and divide by ``totalMemorySum``;
+    SCV never published a broken card, because its collector stopped first. Cards that
+    cannot be used are published apart, in ``unhealthyCardList``, with their reasons.
+    """
     cards = []
     for card in sorted(facts.get("cardList", []), key=lambda c: c["id"]):
         entry = {key: card[key] for key in SCV_CARD_FIELDS + EXTRA_CARD_FIELDS if key in card}
         cards.append(_omit_empty(entry, keep=("id",)))
-    status = dict(node_totals(cards), cardList=cards,
-                  healthyCardNumber=sum(1 for card in cards if card.get("health") == HEALTHY))
+    good = [card for card in cards if usable(card)]
+    bad = [card for card in cards if not usable(card)]
+    status = dict(node_totals(good), cardList=good, healthyCardNumber=len(good),
+                  unhealthyCardList=bad, unhealthyCardNumber=len(bad))
     return _omit_empty(status)
 
 
