@@ -585,6 +585,12 @@ class RestScvClient:
                              self._path(name, "status", fieldManager=FIELD_MANAGER,
                                         dryRun="All" if check_mode else None), body)
 
+    def delete(self, name, check_mode=False):
+        """Delete Scv ``name``; False when there was none."""
+        deleted = self._request("DELETE", "delete", "Scv %s" % name,
+                                self._path(name, dryRun="All" if check_mode else None), missing=False)
+        return deleted is not False
+
     def watch(self, name, resource_version, timeout_seconds):
         """Yields (type, object) for Scv ``name`` until the server ends the watch.
 

@@ -60,9 +60,11 @@ class Agent:
 
     def interval_s(self):
         with self.lock:
-            spec = (self.scv or {}).get("spec") or {}
-        interval = spec.get("updateInterval") or self.default_interval_ms
-        return max(int(interval), MIN_INTERVAL_MS) / 1000.0
+            spec = (self.scv or {}).get("spec")
+        interval = spec.get("updateInterval") if isinstance(spec, dict) else None
+        if not isinstance(interval, int) or isinstance(interval, bool):
+            interval = self.default_interval_ms
+        return max(interval, MIN_INTERVAL_MS) / 1000.0
 
     def run(self):
         LOG.info("publishing Scv %s to %s", self.node, self.client.server)
@@ -183,12 +185,12 @@ class Agent:
             return False
         if kind in ("ADDED", "MODIFIED"):
             with self.lock:
-                before = ((self.scv or {}).get("spec") or {}).get("updateInterval")
+                before = _interval_of(self.scv)
                 # The event of our own write can arrive after the write's response: keep the newer.
                 if not _older(obj, self.scv):
                     self.scv = obj
-            if (obj.get("spec") or {}).get("updateInterval") != before:
-                LOG.info("spec.updateInterval is now %s ms", (obj.get("spec") or {}).get("updateInterval"))
+            if _interval_of(obj) != before:
+                LOG.info("spec.updateInterval is now %s ms", _interval_of(obj))
                 self.wake.set()
             return False
         if kind == "ERROR":
@@ -228,6 +230,12 @@ class Agent:
                   "# TYPE scv_agent_credential_reloads_total counter",
                   "scv_agent_credential_reloads_total %d" % getattr(self.client, "reloads", 0)]
         return "\n".join(lines) + "\n"
+
+
+def _interval_of(scv):
+    """spec.updateInterval of an Scv, None when it has none (or a spec that is not an object)."""
+    spec = (scv or {}).get("spec")
+    return spec.get("updateInterval") if isinstance(spec, dict) else None
 
 
 def _older(candidate, current):

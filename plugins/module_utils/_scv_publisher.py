@@ -69,6 +69,13 @@ def _publish_once(client, name, desired, update_interval, force_spec, check_mode
         current = client.create(body, check_mode)
         result.update(changed=True, created=True)
     else:
+        spec = current.get("spec")
+        if spec is not None and not isinstance(spec, dict):
+            if not force_spec:
+                raise ScvApiError("Scv %s has a spec that is not an object (a %s), which this module does not edit: "
+                                  "set force_spec=true to replace it, or fix it (kubectl edit scv %s); nothing was "
+                                  "written" % (name, type(spec).__name__, name))
+            current = dict(current, spec={})
         interval = (current.get("spec") or {}).get("updateInterval")
         if interval != update_interval:
             if force_spec:
@@ -90,13 +97,29 @@ def _publish_once(client, name, desired, update_interval, force_spec, check_mode
         else:
             body = copy.deepcopy(current)
             body["status"] = status
-            current = client.replace_status(body, check_mode)
+            try:
+                current = client.replace_status(body, check_mode)
+            except ScvApiError as error:
+                if result["created"]:
+                    _undo_create(client, name, error)
+                raise
         result.update(changed=True, status_updated=True)
 
     result["after"] = view(current)
     result["scv"] = copy.deepcopy(current)
     result["scv"].get("metadata", {}).pop("managedFields", None)
     return result
+
+
+def _undo_create(client, name, error):
+    """Delete the Scv just created whose status could not be written: no half-written object stays."""
+    try:
+        client.delete(name)
+    except ScvApiError as cleanup:
+        error.args = ("%s; the Scv created a moment before could not be deleted again either (%s): delete it "
+                      "by hand (kubectl delete scv %s)" % (error, cleanup, name),)
+    else:
+        error.args = ("%s; the Scv created a moment before was deleted again" % error,)
 
 
 def remove(client, name, check_mode=False):

@@ -12,6 +12,7 @@ and decide the same way when a write is due.
 from __future__ import annotations
 
 import datetime
+import re
 
 from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import HEALTHY, node_totals
 
@@ -77,6 +78,40 @@ def now_rfc3339():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# A Node's name (and so its Scv's) is a DNS subdomain (RFC 1123), as the API server checks it.
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+HEALTH_VALUES = ("Healthy", "Unhealthy")
+
+
+def node_name_problem(name):
+    """Why ``name`` cannot be a node's (and its Scv's) name, or None when it can."""
+    if not isinstance(name, str) or not name:
+        return "a node name is needed, got %r" % (name,)
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        return ("%r is not a Kubernetes node name: lower-case letters, digits, '-' and '.', starting and ending "
+                "with a letter or digit, at most 253 characters" % name)
+    return None
+
+
+def _card_problems(where, card):
+    problems = []
+    for key in ("totalMemory", "freeMemory", "clock", "core", "power", "bandwidth"):
+        value = card.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            problems.append("%s.%s: expected an integer >= 0, got %r" % (where, key, value))
+    for key in ("model", "uuid", "pciBusId", "computeCapability", "family"):
+        value = card.get(key)
+        if value is not None and not isinstance(value, str):
+            problems.append("%s.%s: expected a string, got %r" % (where, key, value))
+    if card.get("health") not in HEALTH_VALUES:
+        problems.append("%s.health: expected Healthy or Unhealthy, got %r" % (where, card.get("health")))
+    for key in ("healthReasons", "healthUnchecked"):
+        value = card.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(item, str) for item in value)):
+            problems.append("%s.%s: expected a list of strings, got %r" % (where, key, value))
+    return problems
+
+
 def facts_problems(facts):
     """What makes ``facts`` unusable as the nvidia_gpu fact, as ``key: problem`` strings."""
     if not isinstance(facts, dict):
@@ -97,8 +132,5 @@ def facts_problems(facts):
             problems.append("%s.id: %d appears twice" % (where, card["id"]))
         else:
             seen.add(card["id"])
-        for key in ("totalMemory", "freeMemory", "clock", "core", "power", "bandwidth"):
-            value = card.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                problems.append("%s.%s: expected an integer >= 0, got %r" % (where, key, value))
+        problems.extend(_card_problems(where, card))
     return problems

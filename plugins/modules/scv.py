@@ -176,7 +176,7 @@ from ansible_collections.scv.gpu.plugins.module_utils._kube import (
     ScvClient,
 )
 from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish, remove
-from ansible_collections.scv.gpu.plugins.module_utils._scv_status import facts_problems
+from ansible_collections.scv.gpu.plugins.module_utils._scv_status import facts_problems, node_name_problem
 
 
 def main():
@@ -201,6 +201,9 @@ def main():
     params = module.params
     if params["request_timeout"] <= 0:
         module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % params["request_timeout"])
+    name_problem = node_name_problem(params["name"])
+    if name_problem:
+        module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
     if params["update_interval"] < 1:
         module.fail_json(msg="update_interval: expected milliseconds >= 1, got %d" % params["update_interval"])
     if params["state"] == "present":

@@ -92,8 +92,11 @@ def test_unhealthy_card_reasons_are_published(ansible, scv_crd):
     ok, result = publish(ansible, plane, name, expected.LOST_CARD)
     assert ok, result
     status = get_scv(plane, name)["status"]
-    assert status["cardList"][2] == {"id": 2, "health": "Unhealthy", "healthReasons": [expected.LOST]}
-    assert (status["cardNumber"], status["healthyCardNumber"], status["totalMemorySum"]) == (4, 3, 3 * 16384)
+    # the lost card is published apart, so that schedulers reading cardList never count it
+    assert [card["id"] for card in status["cardList"]] == [0, 1, 3]
+    assert status["unhealthyCardList"] == [{"id": 2, "health": "Unhealthy", "healthReasons": [expected.LOST]}]
+    assert (status["cardNumber"], status["healthyCardNumber"], status["unhealthyCardNumber"],
+            status["totalMemorySum"]) == (3, 3, 1, 3 * 16384)
 
 
 def test_deleted_by_hand_is_recreated(ansible, scv_crd):
@@ -185,10 +188,10 @@ def test_kubectl_get_scv_columns(ansible, scv_crd):
     plane, name = scv_crd, node_name(ansible, "columns")
     assert publish(ansible, plane, name, expected.LOST_CARD)[0]
     lines = plane.kubectl("get", "scv", name).stdout.splitlines()
-    assert lines[0].split() == ["NAME", "CARDS", "HEALTHY", "FREE", "MIB", "TOTAL", "MIB", "UPDATED", "AGE"]
+    assert lines[0].split() == ["NAME", "CARDS", "UNHEALTHY", "FREE", "MIB", "TOTAL", "MIB", "UPDATED", "AGE"]
     assert len(lines) == 2
     row = lines[1].split()
-    assert row[:5] == [name, "4", "3", str(3 * 16150), str(3 * 16384)]
+    assert row[:5] == [name, "3", "1", str(3 * 16150), str(3 * 16384)]
 
 
 def test_scv_readme_example_is_accepted_unchanged(scv_crd):
@@ -212,13 +215,18 @@ def test_scv_readme_example_is_accepted_unchanged(scv_crd):
 
 
 def test_invalid_status_is_rejected_naming_the_field(ansible, scv_crd):
+    """The module refuses such facts itself now; a status the server rejects is still explained field by field."""
+    from ansible_collections.scv.gpu.plugins.module_utils._kube import ScvApiError, ScvClient
+
     plane, name = scv_crd, node_name(ansible, "invalid")
-    facts = copy.deepcopy(expected.TITAN_XP)
-    facts["cardList"][0]["health"] = "Broken"
-    ok, result = publish(ansible, plane, name, facts)
-    assert not ok
-    assert "cannot update the status of Scv %s: the API server rejected it as invalid (422)" % name in result["msg"]
-    assert "status.cardList[0].health" in result["msg"]
+    assert publish(ansible, plane, name, expected.TITAN_XP)[0]
+    client = ScvClient.connect(kubeconfig=str(plane.admin_kubeconfig), request_timeout=30)
+    body = client.get(name)
+    body["status"]["cardList"][0]["health"] = "Broken"
+    with pytest.raises(ScvApiError) as error:
+        client.replace_status(body)
+    assert "cannot update the status of Scv %s: the API server rejected it as invalid (422)" % name in str(error.value)
+    assert "status.cardList[0].health" in str(error.value)
 
 
 def test_bad_facts_fail_before_any_request(ansible, scv_crd, api_requests):
@@ -228,7 +236,8 @@ def test_bad_facts_fail_before_any_request(ansible, scv_crd, api_requests):
     assert not ok
     assert result["msg"] == (
         "gpu_facts for node %s is not usable: gpu_facts.cardList[0].id: expected the card's NVML index "
-        "(an integer >= 0), got 'zero'; gpu_facts.cardList[0].freeMemory: expected an integer >= 0, got -1" % name)
+        "(an integer >= 0), got 'zero'; gpu_facts.cardList[0].freeMemory: expected an integer >= 0, got -1; "
+        "gpu_facts.cardList[0].health: expected Healthy or Unhealthy, got None" % name)
     assert api_requests.delta(before, api_requests.snapshot()) == {}
 
 
@@ -379,3 +388,82 @@ def test_role_rejects_bad_variables_before_anything_runs(ansible, scv_crd, api_r
     assert done.returncode != 0
     assert "scv_publish_state" in done.stdout and "gone" in done.stdout
     assert api_requests.delta(before, api_requests.snapshot()) == {}
+
+
+# ------------------------------------------------------------ hostile and unlucky input
+
+@pytest.mark.parametrize("name", ["", "node-b/status", "Node-B", "node_b", "-node", "a" * 254, "node b"])
+def test_names_that_are_not_node_names_are_refused_before_any_call(ansible, scv_crd, api_requests, name):
+    plane = scv_crd
+    other = node_name(ansible, "name-victim")
+    ok, _result = publish(ansible, plane, other, expected.TITAN_XP)
+    spec_before = get_scv(plane, other)["spec"]
+    before = api_requests.snapshot()
+    ok, result = publish(ansible, plane, name, expected.TITAN_XP, force_spec=True, update_interval=7)
+    assert not ok
+    assert result["msg"].startswith("name: ") and "nothing was sent to the API server" in result["msg"], result
+    assert api_requests.delta(before, api_requests.snapshot()) == {}
+    assert get_scv(plane, other)["spec"] == spec_before
+
+
+@pytest.mark.parametrize("card_change, message", [
+    ({"model": 5}, "gpu_facts.cardList[0].model: expected a string, got 5"),
+    ({"health": "Broken"}, "gpu_facts.cardList[0].health: expected Healthy or Unhealthy, got 'Broken'"),
+    ({"healthReasons": "hot"}, "gpu_facts.cardList[0].healthReasons: expected a list of strings, got 'hot'"),
+])
+def test_facts_of_the_wrong_types_create_nothing(ansible, scv_crd, api_requests, card_change, message):
+    plane, name = scv_crd, node_name(ansible, "typed-facts")
+    plane.kubectl("delete", "scv", name, "--ignore-not-found")
+    facts = copy.deepcopy(expected.TITAN_XP)
+    facts["cardList"][0].update(card_change)
+    before = api_requests.snapshot()
+    ok, result = publish(ansible, plane, name, facts)
+    assert not ok and message in result["msg"], result
+    assert api_requests.delta(before, api_requests.snapshot()) == {}
+    assert get_scv(plane, name) is None
+
+
+def test_a_failed_status_write_leaves_no_empty_scv(ansible, scv_crd):
+    """An identity that may create and delete Scvs but not write their status: the create is undone."""
+    plane, name = scv_crd, node_name(ansible, "half-written")
+    plane.kubectl("delete", "scv", name, "--ignore-not-found")
+    plane.kubectl("apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "scv-no-status"},
+         "rules": [{"apiGroups": ["core.run-linux.com"], "resources": ["scvs"],
+                    "verbs": ["get", "create", "delete"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "scv-no-status"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "scv-no-status"},
+         "subjects": [{"kind": "User", "name": "scv-no-status", "apiGroup": "rbac.authorization.k8s.io"}]}]}))
+    kubeconfig = plane.kubeconfig("scv-no-status", "scv-no-status")
+    ok, result = publish(ansible, plane, name, expected.TITAN_XP, kubeconfig=kubeconfig)
+    assert not ok
+    assert "cannot update the status of Scv %s: forbidden (403)" % name in result["msg"]
+    assert result["msg"].endswith("the Scv created a moment before was deleted again"), result["msg"]
+    assert get_scv(plane, name) is None
+
+
+def test_a_spec_that_is_not_an_object_is_named_not_a_traceback(ansible, scv_crd):
+    """A hand-edited Scv under a CRD that does not type its spec (SCV's own CRD, or an edited one)."""
+    plane, name = scv_crd, node_name(ansible, "list-spec")
+    crd = json.loads(plane.kubectl("get", "crd", "scvs.core.run-linux.com", "-o", "json").stdout)
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    schema["spec"] = {"x-kubernetes-preserve-unknown-fields": True}
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+        crd["metadata"].pop(key, None)
+    crd.pop("status", None)
+    plane.kubectl("replace", "-f", "-", input_text=json.dumps(crd))
+    try:
+        plane.kubectl("delete", "scv", name, "--ignore-not-found")
+        created = plane.kubectl("create", "-f", "-", check=False, input_text=json.dumps({
+            "apiVersion": "core.run-linux.com/v1", "kind": "Scv", "metadata": {"name": name}, "spec": [1000]}))
+        assert created.returncode == 0, created.stderr
+        ok, result = publish(ansible, plane, name, expected.TITAN_XP)
+        assert not ok
+        assert result["msg"].startswith("Scv %s has a spec that is not an object (a list)" % name), result
+        ok, result = publish(ansible, plane, name, expected.TITAN_XP, force_spec=True)
+        assert ok, result
+        assert get_scv(plane, name)["spec"] == {"updateInterval": 1000}
+    finally:
+        plane.kubectl("delete", "scv", name, "--ignore-not-found")
+        install_crd(plane)

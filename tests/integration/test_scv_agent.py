@@ -167,8 +167,11 @@ def test_gpu_errors_make_the_card_unhealthy_not_the_agent_stop(agent):
     staged = agent.scenario.with_suffix(".new")
     staged.write_text(json.dumps(scenario))
     staged.rename(agent.scenario)
-    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["health"] == "Unhealthy", 5)
-    assert "reading the memory information failed" in agent.scv()["status"]["cardList"][0]["healthReasons"][0]
+    # an unusable card leaves cardList (what schedulers count) for unhealthyCardList
+    agent.wait_for(lambda: agent.scv()["status"]["unhealthyCardList"][0]["health"] == "Unhealthy", 5)
+    status = agent.scv()["status"]
+    assert "reading the memory information failed" in status["unhealthyCardList"][0]["healthReasons"][0]
+    assert status.get("cardList", []) == [] and status.get("cardNumber", 0) == 0
 
 
 def test_sigterm_exits_cleanly(agent):
