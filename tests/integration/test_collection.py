@@ -8,7 +8,6 @@ and Ansible is told not to look in site-packages, so an undeclared dependency fa
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -66,10 +65,9 @@ def installed(tmp_path_factory, ansible):
     for name in GALAXY["dependencies"]:
         namespace, collection = name.split(".")
         shutil.copytree(bundle / namespace / collection, path / "ansible_collections" / namespace / collection)
-    listed = subprocess.run([galaxy, "collection", "list", "-p", str(path), "--format", "json"],
-                            env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(path), ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false"),
-                            capture_output=True, text=True, check=True).stdout
-    assert set(json.loads(listed)[str(path / "ansible_collections")]) == {"scv.gpu"} | set(GALAXY["dependencies"])
+    installed_names = {"%s.%s" % (manifest.parent.parent.name, manifest.parent.name)
+                       for manifest in (path / "ansible_collections").glob("*/*/MANIFEST.json")}
+    assert installed_names == {"scv.gpu"} | set(GALAXY["dependencies"])
     return path
 
 
