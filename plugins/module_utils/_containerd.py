@@ -57,7 +57,7 @@ def config_version(config, path):
             "%s has version = %s, a float; containerd refuses it and reads only an integer: write version = %d; "
             "nothing was written" % (path, version, version) if version.is_integer() else
             "%s has version = %s; containerd reads only an integer (2 or 3); nothing was written" % (path, version))
-    if type(version) is not int or version not in CRI_CONTAINERD:  # bool is an int too: refuse it
+    if isinstance(version, bool) or not isinstance(version, int) or version not in CRI_CONTAINERD:
         raise ContainerdConfigError(
             "%s has config version %s; this role edits version 2 (containerd 1.x) and 3 (containerd 2.x): "
             "run `containerd config migrate`, or start from `containerd config default`; nothing was written"

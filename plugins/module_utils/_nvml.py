@@ -337,9 +337,9 @@ def _read_card(index, subsets):
             card["freeMemory"] = bytes_to_mib(memory.free)
             card["usedMemory"] = bytes_to_mib(memory.used)
             if memory.free > memory.total or memory.used > memory.total:
-                reasons.append("the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; "
-                               "reset the GPU or reload the driver" % (card["freeMemory"], card["usedMemory"],
-                                                                      card["totalMemory"]))
+                reasons.append(
+                    "the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; reset the "
+                    "GPU or reload the driver" % (card["freeMemory"], card["usedMemory"], card["totalMemory"]))
         clock = reader.query("maximum memory clock", pynvml.nvmlDeviceGetMaxClockInfo, _CLOCK_MEM)
         if clock is not None:
             card["clock"] = clock

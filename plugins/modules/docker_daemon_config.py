@@ -28,8 +28,8 @@ description:
   - Before writing, the module reads the dockerd command line from the systemd unit and its
     drop-ins (expanding variables such as C($DOCKER_OPTS) from C(EnvironmentFile)). A setting that
     would end up both in daemon.json and as a dockerd flag stops Docker from starting, so the module
-    fails and names both instead. C(runtimes) is the exception dockerd makes: it merges C(--add-runtime)
-    flags with the file's runtimes, so only a runtime defined in both places is refused.
+    fails and names both instead. C(runtimes) is the exception, because dockerd merges C(--add-runtime)
+    flags with the file's runtimes; there only a runtime defined in both places is refused.
   - Settings that contradict the other options (a C(default-runtime) other than C(nvidia) with
     O(default_runtime=true), a C(runtimes.nvidia) path other than O(runtime_path)) are refused.
 author:

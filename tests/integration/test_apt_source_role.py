@@ -35,8 +35,9 @@ def test_a_source_without_a_key_is_refused_before_anything_changes(ansible, tmp_
 
 
 def test_a_bad_variable_fails_the_argument_spec(ansible, tmp_path):
-    done = ansible.playbook(_play(tmp_path, apt_source_name="scv-gpu-test-source", apt_source_uris="not a list",
-                                 apt_source_suites=["bookworm"], apt_source_cache_valid_time="an hour"), None, "--check")
+    play = _play(tmp_path, apt_source_name="scv-gpu-test-source", apt_source_uris="not a list",
+                 apt_source_suites=["bookworm"], apt_source_cache_valid_time="an hour")
+    done = ansible.playbook(play, None, "--check")
     assert done.returncode != 0
     assert "apt_source_cache_valid_time" in done.stdout
     assert not SOURCE.exists()

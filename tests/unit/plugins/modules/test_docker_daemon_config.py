@@ -194,7 +194,8 @@ def test_a_json_true_replaces_a_one_and_the_rerun_is_clean(capsys, paths):
     code, result = run(capsys, args_for(paths, settings={"debug": True, "live-restore": 1}))
     assert code == 0 and result["changed"] is True
     on_disk = json.loads(path.read_text())
-    assert on_disk["debug"] is True and type(on_disk["live-restore"]) is int
+    assert on_disk["debug"] is True
+    assert isinstance(on_disk["live-restore"], int) and not isinstance(on_disk["live-restore"], bool)
     assert result["config"] == on_disk
     code, result = run(capsys, args_for(paths, settings={"debug": True, "live-restore": 1}))
     assert code == 0 and result["changed"] is False
