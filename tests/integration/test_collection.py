@@ -8,6 +8,7 @@ and Ansible is told not to look in site-packages, so an undeclared dependency fa
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -58,8 +59,11 @@ def installed(tmp_path_factory, ansible):
     assert built.returncode == 0, built.stdout + built.stderr
     tarball = next(work.glob("scv-gpu-*.tar.gz"))
     path = work / "collections"
-    done = subprocess.run([galaxy, "collection", "install", str(tarball), "-p", str(path), "--no-deps"],
-                          capture_output=True, text=True, check=False)
+    # Only this path: make exports ANSIBLE_COLLECTIONS_PATH (the checkout's scv.gpu), and ansible-galaxy skips a
+    # collection it finds installed in any configured path.
+    isolated = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(path), ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false")
+    done = subprocess.run([galaxy, "collection", "install", str(tarball), "-p", str(path), "--no-deps", "--force"],
+                          env=isolated, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     bundle, _collections = _bundled_collections(ansible)
     for name in GALAXY["dependencies"]:
