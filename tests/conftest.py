@@ -24,6 +24,9 @@ def nvml_simulator(monkeypatch):
     try:
         library = ctypes.CDLL("libnvidia-ml.so.1")
         library.nvmlsimCallCount.restype = ctypes.c_ulonglong
+        library.nvmlsimCallCountOf.restype = ctypes.c_ulonglong
+        library.nvmlsimCallCountOf.argtypes = [ctypes.c_char_p]
+        library.nvmlsimSpentNs.restype = ctypes.c_ulonglong
     except (OSError, AttributeError):
         pytest.fail(
             "the NVML simulator is not what loads as libnvidia-ml.so.1 in this process: "
@@ -32,7 +35,21 @@ def nvml_simulator(monkeypatch):
 
     class Simulator:
         def use(self, name):
-            monkeypatch.setenv("NVMLSIM_CONFIG", str(scenario_path(name)))
+            """A shipped scenario by name, or any scenario file by path."""
+            path = name if "/" in str(name) else scenario_path(name)
+            monkeypatch.setenv("NVMLSIM_CONFIG", str(path))
+
+        @staticmethod
+        def latency(model):
+            monkeypatch.setenv("NVMLSIM_LATENCY", model)
+
+        @staticmethod
+        def calls_of(function):
+            return library.nvmlsimCallCountOf(function.encode())
+
+        @staticmethod
+        def spent_ms():
+            return library.nvmlsimSpentNs() / 1e6
 
         @staticmethod
         def calls():

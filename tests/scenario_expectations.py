@@ -8,6 +8,9 @@ tests compare what ansible returns from the module.
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 LOST = ("GPU is lost: it fell off the bus or stopped responding (XID 79); "
         "reset the GPU or reboot the node")
 
@@ -309,8 +312,15 @@ HEALTH_REASONS = [
     ["hardware thermal slowdown: the GPU is too hot and its clocks are cut"],
 ]
 
+# A real H100 80GB HBM3: what gpu_facts (gather_subset all) returned on the card itself, through
+# ansible-playbook with the real driver 580.159.04. h100_real.json holds that card's values as
+# nvidia-smi -q -x showed them, telemetry included, so every field must come out the same.
+REAL_H100_DIR = pathlib.Path(__file__).resolve().parent / "nvml_simulator" / "real-h100"
+H100_REAL = json.loads((REAL_H100_DIR / "gpu_facts.json").read_text(encoding="utf-8"))
+
 BY_SCENARIO = {
     "titan_xp": TITAN_XP,
+    "h100_real": H100_REAL,
     "h100_sxm_x8": H100_SXM_X8,
     "a100_mig": A100_MIG,
     "lost_card": LOST_CARD,

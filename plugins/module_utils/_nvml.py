@@ -52,6 +52,11 @@ _ABSENT = frozenset((_NOT_SUPPORTED, _NO_PERMISSION, _NOT_FOUND, _FUNCTION_NOT_F
 # Answers after which a card is not queried further: it is gone until reset.
 _CARD_GONE = frozenset((_GPU_IS_LOST, _RESET_REQUIRED))
 
+# Answers after which a long-lived NVML session is re-initialised: NVML was shut down under
+# us, the driver went away, or the library no longer matches the loaded kernel driver.
+_UNINITIALIZED = 1
+_SESSION_ENDING = frozenset((_UNINITIALIZED, _DRIVER_NOT_LOADED, _LIB_RM_VERSION_MISMATCH))
+
 _CLOCK_SM = 1
 _CLOCK_MEM = 2
 _TEMPERATURE_GPU = 0
@@ -90,6 +95,19 @@ _UNAVAILABLE_REASONS = {
 
 class CardGone(Exception):
     """The card answered GPU_IS_LOST or RESET_REQUIRED: stop asking it."""
+
+
+class SessionLost(Exception):
+    """NVML answered that the session itself is over (see ``_SESSION_ENDING``)."""
+
+    def __init__(self, code, text):
+        super().__init__(text)
+        self.code = code
+
+
+def code_key(what, args):
+    """The key under which a query's NOT_SUPPORTED answer is remembered."""
+    return "%s%r" % (what, args)
 
 
 def _error_code(error):
@@ -131,11 +149,18 @@ def _text_call(function, *args):
 class _CardReader:
     """Queries one device, turning NVML answers into fields and health reasons."""
 
-    def __init__(self, handle, reasons, unchecked=None, prefix=""):
+    def __init__(self, handle, reasons, unchecked=None, prefix="", unsupported=None, session=False):
         self.handle = handle
         self.reasons = reasons
         self.unchecked = [] if unchecked is None else unchecked
         self.prefix = prefix
+        # Queries this card answered NOT_SUPPORTED, not asked again (a Session's cards only).
+        self.unsupported = unsupported
+        # Within a Session, errors that end the session raise SessionLost.
+        self.session = session
+
+    def child(self, handle, prefix):
+        return _CardReader(handle, self.reasons, self.unchecked, prefix, self.unsupported, self.session)
 
     def query(self, what, function, *args, health=False):
         """Call ``function(handle, *args)``; None when the card cannot tell.
@@ -146,14 +171,21 @@ class _CardReader:
         A health check (``health``) that NVML refuses for lack of permission is
         recorded in ``unchecked``: the card is not known to be healthy there.
         """
+        remembered = self.unsupported is not None and code_key(self.prefix + what, args)
+        if remembered and remembered in self.unsupported:
+            return None
         try:
             return _text_call(function, self.handle, *args)
         except pynvml.NVMLError as error:
             code = _error_code(error)
+            if self.session and code in _SESSION_ENDING:
+                raise SessionLost(code, _describe(error))
             if health and code == _NO_PERMISSION:
                 self.note_unchecked(what)
                 return None
             if code in _ABSENT:
+                if remembered and code in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND):
+                    self.unsupported.add(remembered)
                 return None
             if code in _CARD_GONE:
                 raise CardGone(_gone_reason(code))
@@ -176,26 +208,29 @@ def _clock_event_reasons(handle):
     return pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
 
 
-def _read_health(reader, card):
-    reasons = reader.reasons
+def _read_ecc_mode(reader, card):
     ecc = reader.query("ECC mode", pynvml.nvmlDeviceGetEccMode, health=True)
     if ecc is not None:
         card["eccEnabled"] = bool(ecc[0])
-        if ecc[0]:
-            counts = {}
-            for key, kind, counter in (
-                ("uncorrectedVolatile", _MEMORY_ERROR_UNCORRECTED, _VOLATILE_ECC),
-                ("uncorrectedAggregate", _MEMORY_ERROR_UNCORRECTED, _AGGREGATE_ECC),
-                ("correctedVolatile", _MEMORY_ERROR_CORRECTED, _VOLATILE_ECC),
-                ("correctedAggregate", _MEMORY_ERROR_CORRECTED, _AGGREGATE_ECC),
-            ):
-                value = reader.query("ECC error count", pynvml.nvmlDeviceGetTotalEccErrors, kind, counter, health=True)
-                if value is not None:
-                    counts[key] = value
-            card["eccErrors"] = counts
-            if counts.get("uncorrectedVolatile"):
-                reasons.append("%d uncorrectable ECC errors since the driver loaded"
-                               % counts["uncorrectedVolatile"])
+
+
+def _read_health(reader, card):
+    reasons = reader.reasons
+    if card.get("eccEnabled"):
+        counts = {}
+        for key, kind, counter in (
+            ("uncorrectedVolatile", _MEMORY_ERROR_UNCORRECTED, _VOLATILE_ECC),
+            ("uncorrectedAggregate", _MEMORY_ERROR_UNCORRECTED, _AGGREGATE_ECC),
+            ("correctedVolatile", _MEMORY_ERROR_CORRECTED, _VOLATILE_ECC),
+            ("correctedAggregate", _MEMORY_ERROR_CORRECTED, _AGGREGATE_ECC),
+        ):
+            value = reader.query("ECC error count", pynvml.nvmlDeviceGetTotalEccErrors, kind, counter, health=True)
+            if value is not None:
+                counts[key] = value
+        card["eccErrors"] = counts
+        if counts.get("uncorrectedVolatile"):
+            reasons.append("%d uncorrectable ECC errors since the driver loaded"
+                           % counts["uncorrectedVolatile"])
 
     pending = reader.query("retired pages", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, health=True)
     if pending is not None:
@@ -252,12 +287,12 @@ def _read_telemetry(reader, card):
 
 
 def _read_mig_device(parent_reader, index):
-    slot = _CardReader(parent_reader.handle, parent_reader.reasons, parent_reader.unchecked,
-                       prefix="MIG device %d: " % index)
-    handle = slot.query("handle", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
+    prefix = "MIG device %d: " % index
+    handle = parent_reader.child(parent_reader.handle, prefix).query(
+        "handle", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, index)
     if handle is None:
         return None
-    reader = _CardReader(handle, parent_reader.reasons, parent_reader.unchecked, prefix="MIG device %d: " % index)
+    reader = parent_reader.child(handle, prefix)
     device = {"index": index}
     for key, what, function in (
         ("uuid", "UUID", pynvml.nvmlDeviceGetUUID),
@@ -275,13 +310,15 @@ def _read_mig_device(parent_reader, index):
     return device
 
 
-def _read_mig(reader, card):
+def _read_mig_mode(reader, card):
     mode = reader.query("MIG mode", pynvml.nvmlDeviceGetMigMode)
-    if mode is None:
-        return
-    card["migEnabled"] = bool(mode[0])
-    card["migPendingEnabled"] = bool(mode[1])
-    if not mode[0]:
+    if mode is not None:
+        card["migEnabled"] = bool(mode[0])
+        card["migPendingEnabled"] = bool(mode[1])
+
+
+def _read_mig_devices(reader, card):
+    if not card.get("migEnabled"):
         return
     devices = []
     slots = reader.query("MIG device count", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
@@ -307,82 +344,150 @@ def _group_mig_reasons(reasons):
             if slots else rest for rest, slots in grouped.items()]
 
 
-def _read_card(index, subsets):
+def _read_identity(reader, card):
+    name = reader.query("name", pynvml.nvmlDeviceGetName)
+    if name is not None:
+        card["model"] = _as_text(name)
+    uuid = reader.query("UUID", pynvml.nvmlDeviceGetUUID)
+    if uuid is not None:
+        card["uuid"] = _as_text(uuid)
+    pci = reader.query("PCI information", pynvml.nvmlDeviceGetPciInfo)
+    if pci is not None:
+        card["pciBusId"] = _as_text(pci.busId)
+
+
+def _read_memory(reader, card):
+    memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo)
+    if memory is not None:
+        card["totalMemory"] = bytes_to_mib(memory.total)
+        card["freeMemory"] = bytes_to_mib(memory.free)
+        card["usedMemory"] = bytes_to_mib(memory.used)
+        if memory.free > memory.total or memory.used > memory.total:
+            reader.reasons.append(
+                "the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; reset the "
+                "GPU or reload the driver" % (card["freeMemory"], card["usedMemory"], card["totalMemory"]))
+
+
+def _read_capabilities(reader, card):
+    clock = reader.query("maximum memory clock", pynvml.nvmlDeviceGetMaxClockInfo, _CLOCK_MEM)
+    if clock is not None:
+        card["clock"] = clock
+    core = reader.query("maximum SM clock", pynvml.nvmlDeviceGetMaxClockInfo, _CLOCK_SM)
+    if core is not None:
+        card["core"] = core
+    limit = reader.query("power management limit", pynvml.nvmlDeviceGetPowerManagementLimit)
+    if limit is not None:
+        card["power"] = limit // 1000
+
+    generation = reader.query("maximum PCIe generation", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
+    width = reader.query("maximum PCIe width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
+    if generation is not None:
+        card["pcieGeneration"] = generation
+    if width is not None:
+        card["pcieWidth"] = width
+    if generation is not None and width is not None:
+        bandwidth = pcie_bandwidth(generation, width)
+        if bandwidth is not None:
+            card["bandwidth"] = bandwidth
+
+    capability = reader.query("compute capability", pynvml.nvmlDeviceGetCudaComputeCapability)
+    if capability is not None:
+        major, minor = capability
+        card["computeCapability"] = "%d.%d" % (major, minor)
+        family = gpu_family(major, minor)
+        if family:
+            card["family"] = family
+
+
+def _read_persistence(reader, card):
+    persistence = reader.query("persistence mode", pynvml.nvmlDeviceGetPersistenceMode)
+    if persistence is not None:
+        card["persistenceMode"] = bool(persistence)
+
+
+class _Static:
+    """What one card's static readings gave (fields, reasons, unchecked notes), kept by a Session.
+
+    Static readings are those that change only with the driver, a reset or an administrator:
+    identity, maximum clocks, power limit, maximum PCIe link, compute capability, ECC and MIG
+    mode, and which queries the card does not support.
+    """
+
+    def __init__(self, subsets):
+        self.subsets = frozenset(subsets)
+        self.reset()
+
+    def reset(self):
+        self.filled = False
+        self.fields = {}
+        self.reasons = []
+        self.unchecked = []
+        self.unsupported = set()
+
+
+def _read_card(index, subsets, handle=None, static=None, lost=None):
+    """One card's facts. ``handle`` and ``static`` come from a Session; without them, everything is read.
+
+    A card that answers GPU_IS_LOST or RESET_REQUIRED has its index added to ``lost``.
+    """
     card = {"id": index}
     reasons, unchecked = [], []
     try:
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        except pynvml.NVMLError as error:
-            code = _error_code(error)
-            if code in _CARD_GONE:
-                raise CardGone(_gone_reason(code))
-            reasons.append("the driver cannot open this GPU: %s" % _describe(error))
-            return _finish(card, reasons)
-        reader = _CardReader(handle, reasons, unchecked)
+        if handle is None:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            except pynvml.NVMLError as error:
+                code = _error_code(error)
+                if static is not None and code in _SESSION_ENDING:
+                    raise SessionLost(code, _describe(error))
+                if code in _CARD_GONE:
+                    raise CardGone(_gone_reason(code))
+                reasons.append("the driver cannot open this GPU: %s" % _describe(error))
+                return _finish(card, reasons)
+        reader = _CardReader(handle, reasons, unchecked, unsupported=None if static is None else static.unsupported,
+                             session=static is not None)
+        fresh = static is None or not static.filled
+        if not fresh:
+            card.update(static.fields)
+            reasons.extend(static.reasons)
+            unchecked.extend(static.unchecked)
 
-        name = reader.query("name", pynvml.nvmlDeviceGetName)
-        if name is not None:
-            card["model"] = _as_text(name)
-        uuid = reader.query("UUID", pynvml.nvmlDeviceGetUUID)
-        if uuid is not None:
-            card["uuid"] = _as_text(uuid)
-        pci = reader.query("PCI information", pynvml.nvmlDeviceGetPciInfo)
-        if pci is not None:
-            card["pciBusId"] = _as_text(pci.busId)
+        def once(step):
+            """Runs a static step on a fresh card, keeping what it gave for the next reads."""
+            if not fresh:
+                return
+            keys, first_reason, first_note = set(card), len(reasons), len(unchecked)
+            step(reader, card)
+            if static is not None:
+                static.fields.update((key, card[key]) for key in card if key not in keys)
+                static.reasons.extend(reasons[first_reason:])
+                static.unchecked.extend(unchecked[first_note:])
 
-        memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo)
-        if memory is not None:
-            card["totalMemory"] = bytes_to_mib(memory.total)
-            card["freeMemory"] = bytes_to_mib(memory.free)
-            card["usedMemory"] = bytes_to_mib(memory.used)
-            if memory.free > memory.total or memory.used > memory.total:
-                reasons.append(
-                    "the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; reset the "
-                    "GPU or reload the driver" % (card["freeMemory"], card["usedMemory"], card["totalMemory"]))
-        clock = reader.query("maximum memory clock", pynvml.nvmlDeviceGetMaxClockInfo, _CLOCK_MEM)
-        if clock is not None:
-            card["clock"] = clock
-        core = reader.query("maximum SM clock", pynvml.nvmlDeviceGetMaxClockInfo, _CLOCK_SM)
-        if core is not None:
-            card["core"] = core
-        limit = reader.query("power management limit", pynvml.nvmlDeviceGetPowerManagementLimit)
-        if limit is not None:
-            card["power"] = limit // 1000
-
-        generation = reader.query("maximum PCIe generation", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
-        width = reader.query("maximum PCIe width", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
-        if generation is not None:
-            card["pcieGeneration"] = generation
-        if width is not None:
-            card["pcieWidth"] = width
-        if generation is not None and width is not None:
-            bandwidth = pcie_bandwidth(generation, width)
-            if bandwidth is not None:
-                card["bandwidth"] = bandwidth
-
-        capability = reader.query("compute capability", pynvml.nvmlDeviceGetCudaComputeCapability)
-        if capability is not None:
-            major, minor = capability
-            card["computeCapability"] = "%d.%d" % (major, minor)
-            family = gpu_family(major, minor)
-            if family:
-                card["family"] = family
-
-        persistence = reader.query("persistence mode", pynvml.nvmlDeviceGetPersistenceMode)
-        if persistence is not None:
-            card["persistenceMode"] = bool(persistence)
-
+        once(_read_identity)
+        _read_memory(reader, card)
+        once(_read_capabilities)
+        _read_persistence(reader, card)
+        once(_read_ecc_mode)
         _read_health(reader, card)
         if "telemetry" in subsets:
             _read_telemetry(reader, card)
         if "mig" in subsets:
-            _read_mig(reader, card)
+            once(_read_mig_mode)
+            _read_mig_devices(reader, card)
         if "processes" in subsets:
             processes = reader.query("running compute processes", pynvml.nvmlDeviceGetComputeRunningProcesses)
             if processes is not None:
                 card["processCount"] = len(processes)
+        if static is not None:
+            # A static query that failed (not one the card lacks) is asked again next time.
+            static.filled = not static.reasons
+            if static.reasons:
+                static.reset()
     except CardGone as gone:
+        if static is not None:
+            static.reset()   # a half-read card is read afresh next time
+        if lost is not None:
+            lost.append(index)
         reasons.append(str(gone))
     return _finish(card, reasons, unchecked)
 
@@ -406,32 +511,38 @@ def _init_failure_reason(error):
     return _UNAVAILABLE_REASONS.get(code, "NVML could not be initialised: %s" % _describe(error))
 
 
+def _system_facts():
+    facts = {"nvml_available": True, "nvml_error": None}
+    for key, function in (
+        ("driver_version", pynvml.nvmlSystemGetDriverVersion),
+        ("nvml_version", pynvml.nvmlSystemGetNVMLVersion),
+    ):
+        try:
+            facts[key] = _as_text(_text_call(function))
+        except pynvml.NVMLError:
+            pass
+    try:
+        facts["cuda_driver_version"] = cuda_version_string(pynvml.nvmlSystemGetCudaDriverVersion())
+    except pynvml.NVMLError:
+        pass
+    return facts
+
+
 def collect(subsets):
     """Every GPU's facts, as the ``nvidia_gpu`` fact of ``gpu_facts``.
 
     ``subsets`` names the optional parts to read (see ``GATHER_SUBSETS``).
     Never raises for a missing driver or a failing card: the driver's absence
     is reported in ``nvml_available``/``nvml_error``, a failing card as
-    Unhealthy with its reasons.
+    Unhealthy with its reasons. Initialises NVML and shuts it down again: for
+    repeated reads, a :class:`Session` costs far less.
     """
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as error:
         return _unavailable(_init_failure_reason(error))
     try:
-        facts = {"nvml_available": True, "nvml_error": None}
-        for key, function in (
-            ("driver_version", pynvml.nvmlSystemGetDriverVersion),
-            ("nvml_version", pynvml.nvmlSystemGetNVMLVersion),
-        ):
-            try:
-                facts[key] = _as_text(_text_call(function))
-            except pynvml.NVMLError:
-                pass
-        try:
-            facts["cuda_driver_version"] = cuda_version_string(pynvml.nvmlSystemGetCudaDriverVersion())
-        except pynvml.NVMLError:
-            pass
+        facts = _system_facts()
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as error:
@@ -446,6 +557,160 @@ def collect(subsets):
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
+
+
+class Session:
+    """NVML kept initialised across reads, for a long-running reader such as the Scv agent.
+
+    :meth:`read` returns what :func:`collect` returns, at a fraction of the cost: NVML is
+    initialised once (about 11 ms on an H100, plus about 11 ms to attach each GPU), and each
+    card's static readings (see ``_Static``) are read once per session and again every
+    ``static_refresh_s`` seconds. A read then asks each card only what changes: memory,
+    persistence mode, the health counters, and telemetry when asked for.
+
+    NVML is initialised again, and everything read afresh, only when something calls for it:
+    the driver version NVML reports changed (the driver was reloaded or upgraded), the GPU
+    count changed, a call answered UNINITIALIZED, DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH
+    (the read is then retried once at once), or a card answered GPU_IS_LOST or
+    RESET_REQUIRED (at the next read, then backing off to ``max_lost_backoff_s`` while a card
+    stays lost, since a lost card recovers only after a reset).
+    """
+
+    def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None):
+        import time
+
+        self.static_refresh_s = static_refresh_s
+        self.max_lost_backoff_s = max_lost_backoff_s
+        self.clock = clock or time.monotonic
+        self.inits = 0                 # successful nvmlInit calls
+        self.static_reads = 0          # times the static readings were (re)started
+        self.last_reinit_reason = None
+        self._open = False
+        self._system = None
+        self._handles = []
+        self._uuids = []
+        self._static = {}
+        self._static_at = 0.0
+        self._reinit_at = None
+        self._lost_backoff = 0.0
+
+    # -------------------------------------------------------------- public
+
+    def read(self, subsets):
+        """Every GPU's facts, like :func:`collect`; never raises for NVML's answers."""
+        now = self.clock()
+        if self._open and self._reinit_at is not None and now >= self._reinit_at:
+            self._restart("a GPU was lost or needed a reset")
+        if self._open and now - self._static_at >= self.static_refresh_s:
+            self._static.clear()
+            self._static_at = now
+            self.static_reads += 1
+        for attempt in (1, 2):
+            if not self._open:
+                failure = self._start()
+                if failure is not None:
+                    return failure
+            try:
+                return self._read(subsets)
+            except SessionLost as lost:
+                self._restart(str(lost))
+                if attempt == 2:
+                    return _unavailable("NVML answered \"%s\" again after it was initialised anew" % lost)
+        raise AssertionError("unreachable")
+
+    def close(self):
+        """Shuts NVML down (the next read initialises it again)."""
+        if self._open:
+            self._open = False
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+        self._handles = []
+        self._uuids = []
+        self._static.clear()
+
+    # ------------------------------------------------------------ internal
+
+    def _restart(self, reason):
+        self.last_reinit_reason = reason
+        self.close()
+
+    def _start(self):
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as error:
+            return _unavailable(_init_failure_reason(error))
+        self._open = True
+        self.inits += 1
+        self.static_reads += 1
+        self._static_at = self.clock()
+        self._reinit_at = None
+        self._system = _system_facts()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as error:
+            facts = dict(self._system)
+            facts.update(_unavailable("NVML cannot count the GPUs: %s" % _describe(error)))
+            self.close()
+            return facts
+        self._handles = [None] * count
+        self._uuids = [None] * count
+        return None
+
+    def _system_call(self, function):
+        """``function()``; None when it fails, SessionLost when its answer ends the session."""
+        try:
+            return _text_call(function)
+        except pynvml.NVMLError as error:
+            if _error_code(error) in _SESSION_ENDING:
+                raise SessionLost(_error_code(error), _describe(error))
+            return None
+
+    def _read(self, subsets):
+        facts = dict(self._system)
+        count = self._system_call(pynvml.nvmlDeviceGetCount)
+        known = facts.get("driver_version")
+        driver = self._system_call(pynvml.nvmlSystemGetDriverVersion)
+        if known is not None and driver is not None and _as_text(driver) != known:
+            raise SessionLost(0, "the driver changed from %s to %s" % (known, _as_text(driver)))
+        if count != len(self._handles):
+            raise SessionLost(0, "the GPU count changed from %d to %s" % (len(self._handles), count))
+        cards, lost = [], []
+        for index in range(count):
+            static = self._static_for(index, subsets)
+            cards.append(_read_card(index, subsets, self._handles[index], static, lost))
+        self._note_lost(lost)
+        facts["cardList"] = cards
+        facts.update(node_totals(cards))
+        return facts
+
+    def _static_for(self, index, subsets):
+        """The card's static readings, kept under its UUID; opens the card's handle the first time.
+
+        Returns a throwaway entry for a card whose handle or UUID cannot be read now: such a card
+        is asked again at every read.
+        """
+        if self._handles[index] is None:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = _as_text(_text_call(pynvml.nvmlDeviceGetUUID, handle))
+            except pynvml.NVMLError:
+                return _Static(subsets)   # _read_card opens it itself and reports why it cannot
+            self._handles[index], self._uuids[index] = handle, uuid
+        key = (self._uuids[index], frozenset(subsets))
+        entry = self._static.get(key)
+        if entry is None:
+            entry = self._static[key] = _Static(subsets)
+        return entry
+
+    def _note_lost(self, lost):
+        """Schedules a new session after a lost card: at the next read, then backing off."""
+        if not lost:
+            self._lost_backoff = 0.0
+        elif self._reinit_at is None:
+            self._reinit_at = self.clock() + self._lost_backoff
+            self._lost_backoff = min(self.max_lost_backoff_s, max(1.0, self._lost_backoff * 2))
 
 
 def probe_library(name="libnvidia-ml.so.1"):

@@ -4,8 +4,9 @@
 
 """The Scv agent: keeps one node's Scv current between playbook runs (private to the collection).
 
-Every ``spec.updateInterval`` milliseconds it reads NVML through ``_nvml.collect`` (the code
-behind gpu_facts) and writes the status subresource only when SCV's compared data changed.
+Every ``spec.updateInterval`` milliseconds it reads NVML through an ``_nvml.Session`` (the code
+behind gpu_facts, with NVML kept initialised and each card's static readings read once) and
+writes the status subresource only when SCV's compared data changed.
 The last object written is kept in memory, so an unchanged tick costs no API request. A
 watch on the node's own Scv (one request per ``watch_timeout``) brings spec changes and
 deletions; a deleted Scv is created again at the next tick. API errors back off and retry;
@@ -23,9 +24,10 @@ import os
 import signal
 import socket
 import threading
+import time
 
 from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
-from ansible_collections.scv.gpu.plugins.module_utils._nvml import collect
+from ansible_collections.scv.gpu.plugins.module_utils._nvml import Session
 from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish
 from ansible_collections.scv.gpu.plugins.module_utils._scv_status import desired_status, needs_update, now_rfc3339
 
@@ -39,13 +41,14 @@ class Agent:
     """One node's publishing loop. ``client`` is a RestScvClient (or anything with its methods)."""
 
     def __init__(self, client, node, default_interval_ms=DEFAULT_INTERVAL_MS, watch_timeout=300, metrics=False,
-                 collector=collect):
+                 session=None):
         self.client = client
         self.node = node
         self.default_interval_ms = default_interval_ms
         self.watch_timeout = watch_timeout
         self.metrics = metrics
-        self.collector = collector
+        self.session = session if session is not None else Session()
+        self.nvml_seconds = 0.0
         self.scv = None               # the object as last written or watched
         self.recreate = False         # the watch saw it deleted
         self.facts = None
@@ -72,6 +75,7 @@ class Agent:
             self.wake.clear()
             delay = self.tick()
             self.wake.wait(delay)
+        self.session.close()
         LOG.info("stopped")
 
     def stop(self, *_args):
@@ -81,14 +85,21 @@ class Agent:
     def tick(self):
         """One round; returns the seconds until the next."""
         self.counters["ticks"] += 1
+        inits = self.session.inits
+        started = time.perf_counter()
         try:
             subsets = ["telemetry"] if self.metrics else []
-            facts = self.collector(subsets)
+            facts = self.session.read(subsets)
         except Exception as error:  # pylint: disable=broad-exception-caught
             # _nvml turns GPU errors into Unhealthy cards; anything else must not end the agent.
             LOG.error("reading NVML failed: %s", error)
             self.counters["errors"] += 1
+            self.session.close()
             return self.interval_s()
+        finally:
+            self.nvml_seconds += time.perf_counter() - started
+        if self.session.inits > inits > 0:
+            LOG.warning("NVML initialised anew: %s", self.session.last_reinit_reason)
         self.facts = facts
         try:
             self._publish(facts)
@@ -228,7 +239,17 @@ class Agent:
                   "scv_agent_api_requests_total %d" % self.client.requests,
                   "# HELP scv_agent_credential_reloads_total Times changed credentials were read from disk.",
                   "# TYPE scv_agent_credential_reloads_total counter",
-                  "scv_agent_credential_reloads_total %d" % getattr(self.client, "reloads", 0)]
+                  "scv_agent_credential_reloads_total %d" % getattr(self.client, "reloads", 0),
+                  "# HELP scv_agent_nvml_inits_total Times NVML was initialised (once, then after errors that "
+                  "call for it).",
+                  "# TYPE scv_agent_nvml_inits_total counter",
+                  "scv_agent_nvml_inits_total %d" % self.session.inits,
+                  "# HELP scv_agent_nvml_static_reads_total Times every card's static readings were read.",
+                  "# TYPE scv_agent_nvml_static_reads_total counter",
+                  "scv_agent_nvml_static_reads_total %d" % self.session.static_reads,
+                  "# HELP scv_agent_nvml_seconds_total Seconds spent reading NVML.",
+                  "# TYPE scv_agent_nvml_seconds_total counter",
+                  "scv_agent_nvml_seconds_total %.6f" % self.nvml_seconds]
         return "\n".join(lines) + "\n"
 
 
@@ -286,6 +307,9 @@ def main(argv=None):
     parser.add_argument("--watch-timeout", type=int, default=300, help="seconds per watch request")
     parser.add_argument("--request-timeout", type=float, default=10.0,
                         help="seconds to wait for the API server's answer before a request fails")
+    parser.add_argument("--static-refresh", type=float, default=600.0,
+                        help="seconds between reads of each card's static readings (identity, maximum clocks, "
+                             "power limit, PCIe, ECC and MIG mode); NVML errors that call for it read them at once")
     parser.add_argument("--metrics-address", default="", help="host:port for Prometheus metrics (off when empty)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -295,7 +319,8 @@ def main(argv=None):
     except ScvApiError as error:
         LOG.error("%s", error)
         return 2
-    agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address))
+    agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address),
+                  session=Session(static_refresh_s=args.static_refresh))
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     if args.metrics_address:

@@ -1,0 +1,273 @@
+"""The agent's NVML session and the simulator's cost model, through the real pynvml.
+
+A Session keeps NVML initialised and reads each card's static readings once; these tests count
+the simulator's calls to show what a read asks, and change the scenario file under a running
+session to show when it starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils import _nvml
+from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import GATHER_SUBSETS
+
+import scenario_expectations as expected
+from support import scenario_path
+
+ALL = list(GATHER_SUBSETS)
+
+# What a session asks only when it reads the static readings (once, then every 10 minutes).
+STATIC_CALLS = ("nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetEccMode",
+                "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetName",
+                "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetPciInfo_v3", "nvmlInitWithFlags")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def write(path, scenario):
+    staged = path.with_suffix(".new")
+    staged.write_text(json.dumps(scenario))
+    staged.rename(path)
+
+
+@pytest.fixture
+def scenario_file(tmp_path, nvml_simulator):
+    """A copy of a shipped scenario that a test may change; returns (path, data)."""
+    def make(name):
+        path = tmp_path / ("%s.json" % name)
+        data = json.loads(scenario_path(name).read_text())
+        write(path, data)
+        nvml_simulator.use(path)
+        return path, data
+    return make
+
+
+@pytest.fixture
+def session():
+    clock = Clock()
+    started = _nvml.Session(clock=clock)
+    started.clock_control = clock
+    yield started
+    started.close()
+
+
+@pytest.mark.parametrize("scenario", sorted(expected.BY_SCENARIO))
+def test_a_session_reads_what_collect_reads_first_and_later(nvml_simulator, session, scenario):
+    nvml_simulator.use(scenario)
+    for _read in range(3):
+        assert session.read(ALL) == expected.BY_SCENARIO[scenario]
+
+
+def test_static_readings_are_read_once_per_session(nvml_simulator, session):
+    nvml_simulator.use("h100_sxm_x8")
+    session.read(["telemetry"])
+    nvml_simulator.reset_calls()
+    for _read in range(5):
+        session.read(["telemetry"])
+    for function in STATIC_CALLS:
+        assert nvml_simulator.calls_of(function) == 0, function
+    assert nvml_simulator.calls_of("nvmlDeviceGetMemoryInfo") == 5 * 8
+    assert nvml_simulator.calls_of("nvmlDeviceGetTemperature") == 5 * 8
+    # The H100s do not support retired pages: asked once, not at every read.
+    assert nvml_simulator.calls_of("nvmlDeviceGetRetiredPagesPendingStatus") == 0
+    assert (session.inits, session.static_reads) == (1, 1)
+
+
+def test_a_read_costs_under_a_millisecond_of_nvml_per_gpu_on_the_real_cost_model(nvml_simulator, session):
+    nvml_simulator.use("h100_sxm_x8")
+    nvml_simulator.latency("real")
+    nvml_simulator.reset_calls()
+    session.read(["telemetry"])
+    first = nvml_simulator.spent_ms()
+    nvml_simulator.reset_calls()
+    session.read(["telemetry"])
+    per_gpu = nvml_simulator.spent_ms() / 8
+    assert first > 8 * 10.72       # init and every GPU's attach
+    assert per_gpu < 1.0, per_gpu
+
+
+def test_static_readings_are_read_again_after_the_refresh_period(scenario_file, session):
+    path, data = scenario_file("titan_xp")
+    assert session.read([])["cardList"][0]["clock"] == 5705
+    data["devices"][0]["maxClocks"]["memory"] = 5000
+    data["devices"][0]["memory"]["free"] = 2 ** 30
+    write(path, data)
+    card = session.read([])["cardList"][0]
+    assert (card["freeMemory"], card["clock"]) == (1024, 5705)   # memory at once, clocks later
+    session.clock_control.now += 600
+    assert session.read([])["cardList"][0]["clock"] == 5000
+    assert (session.inits, session.static_reads) == (1, 2)
+
+
+def test_a_changed_driver_version_starts_a_new_session(scenario_file, session):
+    path, data = scenario_file("titan_xp")
+    assert session.read([])["driver_version"] == "535.183.01"
+    data["driverVersion"] = "550.54.15"
+    data["devices"][0]["maxClocks"]["memory"] = 5000
+    write(path, data)
+    facts = session.read([])
+    assert facts["driver_version"] == "550.54.15"
+    assert facts["cardList"][0]["clock"] == 5000      # static readings read afresh
+    assert session.inits == 2
+    assert session.last_reinit_reason == "the driver changed from 535.183.01 to 550.54.15"
+
+
+def test_a_changed_gpu_count_starts_a_new_session(scenario_file, session):
+    path, data = scenario_file("h100_sxm_x8")
+    assert session.read([])["cardNumber"] == 8
+    del data["devices"][7]
+    write(path, data)
+    assert session.read([])["cardNumber"] == 7
+    assert session.inits == 2
+
+
+@pytest.mark.parametrize("error", ["UNINITIALIZED", "LIB_RM_VERSION_MISMATCH", "DRIVER_NOT_LOADED"])
+def test_a_session_ending_answer_starts_a_new_session_within_the_same_read(scenario_file, session, error):
+    path, data = scenario_file("titan_xp")
+    session.read([])
+    data["devices"][0]["errors"] = {"nvmlDeviceGetMemoryInfo": {"error": error, "times": 1}}
+    write(path, data)
+    facts = session.read([])
+    assert facts["cardList"][0]["health"] == "Healthy", facts
+    assert facts["cardList"][0]["freeMemory"] == 11950
+    assert session.inits == 2
+    assert session.read([])["cardList"][0]["health"] == "Healthy"
+    assert session.inits == 2
+
+
+def test_a_session_ending_answer_that_stays_is_reported_not_retried_forever(scenario_file, session):
+    path, data = scenario_file("titan_xp")
+    session.read([])
+    data["devices"][0]["errors"] = {"nvmlDeviceGetMemoryInfo": "LIB_RM_VERSION_MISMATCH"}
+    write(path, data)
+    facts = session.read([])
+    assert facts["nvml_available"] is False
+    assert "RM has detected an NVML/RM version mismatch" in facts["nvml_error"]
+    assert facts["cardList"] == [] and facts["cardNumber"] == 0
+    assert session.inits == 2      # one new session per read, not a loop
+
+
+def test_a_lost_gpu_starts_a_new_session_then_backs_off(scenario_file, session):
+    path, data = scenario_file("lost_card")
+    facts = session.read([])
+    assert facts["cardList"][2]["healthReasons"] == [expected.LOST]
+    assert session.inits == 1
+    session.read([])                               # the next read starts anew
+    assert session.inits == 2
+    session.read([])                               # still lost: wait 1 s before the next
+    assert session.inits == 2
+    session.clock_control.now += 1
+    session.read([])
+    assert session.inits == 3
+    session.clock_control.now += 1
+    session.read([])                               # then 2 s
+    assert session.inits == 3
+    del data["devices"][2]["errors"]               # the card was reset
+    write(path, data)
+    session.clock_control.now += 1
+    facts = session.read([])
+    assert session.inits == 4
+    assert facts["cardList"][2]["health"] == "Healthy"
+    session.clock_control.now += 5
+    session.read([])
+    assert session.inits == 4                      # healthy again: no more new sessions
+
+
+def test_a_static_query_that_failed_is_asked_again(scenario_file, session):
+    path, data = scenario_file("titan_xp")
+    data["devices"][0]["errors"] = {"nvmlDeviceGetMaxClockInfo": {"error": "UNKNOWN", "times": 1}}
+    write(path, data)
+    card = session.read([])["cardList"][0]
+    assert card["health"] == "Unhealthy" and "maximum memory clock" in card["healthReasons"][0]
+    card = session.read([])["cardList"][0]
+    assert (card["health"], card["clock"]) == ("Healthy", 5705)
+
+
+def test_the_cost_model_matches_the_real_h100(nvml_simulator):
+    """One collection with init and shutdown: 26.87 ms on the real card; the model must agree."""
+    nvml_simulator.use("h100_real")
+    nvml_simulator.latency("real")
+    nvml_simulator.reset_calls()
+    _nvml.collect(ALL)
+    assert 26.0 < nvml_simulator.spent_ms() < 28.0, nvml_simulator.spent_ms()
+    nvml_simulator.latency("none")
+    nvml_simulator.reset_calls()
+    _nvml.collect(ALL)
+    assert nvml_simulator.spent_ms() == 0
+
+
+def test_a_scenario_sets_its_own_costs(tmp_path, nvml_simulator):
+    data = json.loads(scenario_path("titan_xp").read_text())
+    data["latency"] = {"model": "none", "attach": 0, "calls": {"nvmlDeviceGetMemoryInfo": 700}}
+    path = tmp_path / "costly.json"
+    path.write_text(json.dumps(data))
+    nvml_simulator.use(path)
+    nvml_simulator.reset_calls()
+    _nvml.collect([])
+    assert nvml_simulator.spent_ms() == pytest.approx(0.7)
+
+
+def test_h100_real_scenario_holds_the_cards_values():
+    """Each value of h100_real.json against nvidia-smi -q -x on the real card."""
+    root = ElementTree.parse(expected.REAL_H100_DIR / "nvidia-smi-q.xml").getroot()
+    gpu = root.find("gpu")
+    scenario = json.loads(scenario_path("h100_real").read_text())
+    card = scenario["devices"][0]
+    mib = 2 ** 20
+
+    def number(path):
+        return int(gpu.findtext(path).split()[0].rstrip("x").split(".")[0])
+
+    assert scenario["driverVersion"] == root.findtext("driver_version")
+    assert "%d.%d" % divmod(scenario["cudaDriverVersion"] // 10, 100) == root.findtext("cuda_version")
+    assert (card["name"], card["uuid"], card["pciBusId"]) == (
+        gpu.findtext("product_name"), gpu.findtext("uuid"), gpu.findtext("pci/pci_bus_id"))
+    assert card["pciDeviceId"] == int(gpu.findtext("pci/pci_device_id"), 16)
+    assert card["memory"]["total"] == number("fb_memory_usage/total") * mib
+    assert card["memory"]["free"] == number("fb_memory_usage/free") * mib
+    assert card["memory"]["reserved"] == number("fb_memory_usage/reserved") * mib
+    assert card["memory"]["used"] == number("fb_memory_usage/used") * mib
+    assert card["maxClocks"] == {"graphics": number("max_clocks/graphics_clock"), "sm": number("max_clocks/sm_clock"),
+                                 "memory": number("max_clocks/mem_clock"), "video": number("max_clocks/video_clock")}
+    assert card["powerLimit"] == number("gpu_power_readings/current_power_limit") * 1000
+    assert card["powerUsage"] == round(float(gpu.findtext("gpu_power_readings/instant_power_draw").split()[0]) * 1000)
+    assert card["maxPcieGeneration"] == number("pci/pci_gpu_link_info/pcie_gen/max_link_gen")
+    assert card["maxPcieWidth"] == number("pci/pci_gpu_link_info/link_widths/max_link_width")
+    assert card["temperature"] == number("temperature/gpu_temp")
+    assert card["utilization"] == {"gpu": number("utilization/gpu_util"), "memory": number("utilization/memory_util")}
+    assert card["persistenceMode"] == (gpu.findtext("persistence_mode") == "Enabled")
+    assert card["ecc"]["enabled"] == (gpu.findtext("ecc_mode/current_ecc") == "Enabled")
+    assert [card["ecc"][key] for key in ("correctedVolatile", "uncorrectedVolatile")] == [
+        number("ecc_errors/volatile/dram_correctable"), number("ecc_errors/volatile/dram_uncorrectable")]
+    assert "retiredPagesPending" not in card and gpu.findtext("retired_pages/pending_retirement") == "N/A"
+    assert card["remappedRows"] == {
+        "correctable": number("remapped_rows/remapped_row_corr"), "uncorrectable": number("remapped_rows/remapped_row_unc"),
+        "pending": int(gpu.findtext("remapped_rows/remapped_row_pending") == "Yes"),
+        "failed": int(gpu.findtext("remapped_rows/remapped_row_failure") == "Yes")}
+    assert card["recoveryAction"] == 0 and gpu.findtext("gpu_recovery_action") == "None"
+    assert card["clocksEventReasons"] == 1 and gpu.findtext("clocks_event_reasons/clocks_event_reason_gpu_idle") == "Active"
+    assert card["migMode"] == {"current": int(gpu.findtext("mig_mode/current_mig") == "Enabled"),
+                               "pending": int(gpu.findtext("mig_mode/pending_mig") == "Enabled")}
+    assert card["processes"] == [] and not list(gpu.find("processes"))
+
+
+def test_gather_subset_min_asks_nothing_it_does_not_return(nvml_simulator):
+    nvml_simulator.use("a100_mig")
+    nvml_simulator.reset_calls()
+    facts = _nvml.collect([])
+    for function in ("nvmlDeviceGetTemperature", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage",
+                     "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+                     "nvmlDeviceGetComputeRunningProcesses_v3"):
+        assert nvml_simulator.calls_of(function) == 0, function
+    card = facts["cardList"][0]
+    assert not {"temperature", "migEnabled", "migDevices", "processCount"} & set(card)
