@@ -5,15 +5,18 @@ environment holding only the role's packages (from --wheels), and the zipapp tha
 scv.gpu.agent_zipapp lookup builds from the collection.
 
 1. Resident memory (VmRSS) and CPU use (utime+stime from /proc) of the agent process at a 1 s
-   updateInterval, over a steady-state window, sampled every second: median and maximum.
+   updateInterval, over a steady-state window, sampled every second: median and maximum. RSS is
+   split by /proc/<pid>/smaps into the NVML library's mappings and the rest (Python + agent).
+   NVML time per GPU per tick comes from the agent's own scv_agent_nvml_seconds_total.
 2. API requests per minute at steady state, counted from kube-apiserver's
    apiserver_request_total for scvs, against SCV's one GET per second (60 per minute).
 3. Freshness: the seconds from a simulated memory change to the new value in the Scv.
 4. playbooks/site.yml wall time on this machine as the demo node (API stages for real, host
    stages in check mode): first run and rerun.
 
-Run it with `make benchmark-agent`; `--window` sets the steady-state seconds (default 330, more
-than one watch of the default 300 s).
+Each measurement runs on the simulator's real-cost model (every NVML call costs what it costs on
+a real H100), then on its no-cost model. Run it with `make benchmark-agent`; `--window` sets the
+steady-state seconds per model (default 330, more than one watch of the default 300 s).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
@@ -46,6 +50,33 @@ def scv_requests(plane):
         if line.startswith("apiserver_request_total{") and 'resource="scvs"' in line:
             total += int(float(line.rsplit(" ", 1)[1]))
     return total
+
+
+def library_rss_mib(pid):
+    """RSS of the mappings of libnvidia-ml.so.1 in the process, from /proc/<pid>/smaps."""
+    total_kib, current = 0, False
+    with open("/proc/%d/smaps" % pid, encoding="utf-8") as handle:
+        for line in handle:
+            head = line.split()
+            if head and "-" in head[0] and len(head[0]) > 8 and ":" not in head[0]:
+                current = line.rstrip().endswith(("libnvidia-ml.so.1", "libnvidia-ml.so"))
+            elif current and line.startswith("Rss:"):
+                total_kib += int(head[1])
+    return total_kib / 1024.0
+
+
+def agent_metrics(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
+        text = response.read().decode()
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def sample(pid):
@@ -77,77 +108,104 @@ def site_runs(plane, work):
     return times
 
 
+def run_agent(plane, work, wheels, model, window, watch_timeout):
+    """One agent run on one cost model; returns its figures."""
+    scenario = work / ("scenario-%s.json" % model)
+    shutil.copy(scenario_path("h100_sxm_x8"), scenario)
+    node = "bench-node-%s" % model
+    port = free_port()
+    env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario), NVMLSIM_LATENCY=model)
+    command = install_agent(work / ("agent-%s" % model), pathlib.Path(wheels)) + [
+        "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node, "--log-level", "WARNING",
+        "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % port]
+    agent = subprocess.Popen(command, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while plane.kubectl("get", "scv", node, check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the agent published nothing in 30 s")
+            time.sleep(0.2)
+        time.sleep(5)   # start-up done, the watch is up
+        before = agent_metrics(port)
+        requests_before, (_rss, cpu_before), start = scv_requests(plane), sample(agent.pid), time.monotonic()
+        rss = []
+        while time.monotonic() - start < window:
+            time.sleep(1)
+            rss.append(sample(agent.pid)[0])
+        elapsed = time.monotonic() - start
+        cpu_after = sample(agent.pid)[1]
+        # the metrics GETs and kubectl's are not the agent's: count only scvs requests
+        requests = scv_requests(plane) - requests_before
+        after = agent_metrics(port)
+        library = library_rss_mib(agent.pid)
+
+        data = json.loads(scenario.read_text())
+        data["devices"][0]["memory"]["free"] = 10 * 2 ** 30
+        staged = scenario.with_suffix(".new")
+        staged.write_text(json.dumps(data))
+        changed_at = time.monotonic()
+        staged.rename(scenario)
+        while True:
+            status = json.loads(plane.kubectl("get", "scv", node, "-o", "json").stdout)["status"]
+            if status["cardList"][0]["freeMemory"] == 10240:
+                break
+            time.sleep(0.05)
+        freshness = time.monotonic() - changed_at
+    finally:
+        agent.terminate()
+        agent.wait(timeout=15)
+    ticks = after["scv_agent_ticks_total"] - before["scv_agent_ticks_total"]
+    nvml = after["scv_agent_nvml_seconds_total"] - before["scv_agent_nvml_seconds_total"]
+    return {
+        "elapsed": elapsed, "rss_median": statistics.median(rss), "rss_max": max(rss), "library_rss": library,
+        "cpu": (cpu_after - cpu_before) / elapsed * 100, "requests": requests,
+        "per_minute": requests / elapsed * 60, "freshness": freshness, "ticks": ticks,
+        "nvml_ms_per_gpu_tick": nvml / ticks / 8 * 1000 if ticks else float("nan"),
+        "inits": after["scv_agent_nvml_inits_total"], "static_reads": after["scv_agent_nvml_static_reads_total"],
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--window", type=int, default=330, help="steady-state seconds to measure")
+    parser.add_argument("--window", type=int, default=330, help="steady-state seconds to measure, per cost model")
     parser.add_argument("--watch-timeout", type=int, default=300, help="the agent's --watch-timeout")
+    parser.add_argument("--models", default="real,none", help="simulator cost models to run, in order")
+    parser.add_argument("--no-site", action="store_true", help="skip the site.yml runs")
     parser.add_argument("--wheels", required=True, help="folder with the agent's wheels (make agent-wheels)")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="scv-agent-bench-"))
     plane = ControlPlane(work / "plane").start()
+    results = {}
     try:
         install_scv_crd(plane)
         plane.kubectl("create", "clusterrolebinding", "bench-nodes-scv", "--clusterrole=cluster-admin",
                       "--group=system:nodes")
-        scenario = work / "scenario.json"
-        shutil.copy(scenario_path("h100_sxm_x8"), scenario)
-        node = "bench-node"
-        env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario))
-        command = install_agent(work, pathlib.Path(args.wheels)) + [
-            "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node, "--log-level", "WARNING",
-            "--watch-timeout", str(args.watch_timeout)]
-        agent = subprocess.Popen(command, env=env)
-        try:
-            deadline = time.monotonic() + 30
-            while plane.kubectl("get", "scv", node, check=False).returncode != 0:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the agent published nothing in 30 s")
-                time.sleep(0.2)
-            time.sleep(5)   # start-up done, the watch is up
-            requests_before, (_rss, cpu_before), start = scv_requests(plane), sample(agent.pid), time.monotonic()
-            rss = []
-            while time.monotonic() - start < args.window:
-                time.sleep(1)
-                rss.append(sample(agent.pid)[0])
-            elapsed = time.monotonic() - start
-            cpu_after = sample(agent.pid)[1]
-            # the metrics GET itself is not the agent's: count only scvs requests (the agent's)
-            requests = scv_requests(plane) - requests_before
-            per_minute = requests / elapsed * 60
-
-            data = json.loads(scenario.read_text())
-            data["devices"][0]["memory"]["free"] = 10 * 2 ** 30
-            staged = scenario.with_suffix(".new")
-            staged.write_text(json.dumps(data))
-            changed_at = time.monotonic()
-            staged.rename(scenario)
-            while True:
-                status = json.loads(plane.kubectl("get", "scv", node, "-o", "json").stdout)["status"]
-                if status["cardList"][0]["freeMemory"] == 10240:
-                    break
-                time.sleep(0.05)
-            freshness = time.monotonic() - changed_at
-        finally:
-            agent.terminate()
-            agent.wait(timeout=15)
-        site = site_runs(plane, work)
+        for model in args.models.split(","):
+            results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout)
+        site = None if args.no_site else site_runs(plane, work)
     finally:
         plane.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    cpu_percent = (cpu_after - cpu_before) / elapsed * 100
     print("machine: %s, %d cores; agent on %s" % (platform.platform(), os.cpu_count(), subprocess.run(
         ["/usr/bin/python3", "--version"], capture_output=True, text=True, check=True).stdout.strip()))
-    print("agent, 8 simulated GPUs, updateInterval 1000 ms, watch timeout %d s, %.0f s steady state:"
-          % (args.watch_timeout, elapsed))
-    print("  RSS: median %.1f MiB, max %.1f MiB (target < 50 MB; SCV's DaemonSet requests 200Mi)"
-          % (statistics.median(rss), max(rss)))
-    print("  CPU: %.2f %% of one core (target < 1 %%; SCV's DaemonSet requests 100m = 10 %%)" % cpu_percent)
-    print("  API requests: %d in %.0f s = %.2f per minute; SCV: 60 per minute (1 GET/s); ratio 1/%.0f"
-          % (requests, elapsed, per_minute, 60 / per_minute if per_minute else float("inf")))
-    print("  freshness: a memory change reached the Scv after %.2f s (one interval is 1 s)" % freshness)
-    print("site.yml on the demo node (API stages for real, host stages in check mode): first run %.1f s, rerun %.1f s"
-          % tuple(site))
+    for model, result in results.items():
+        print("agent, 8 simulated H100s, %s-cost NVML model, updateInterval 1000 ms, watch timeout %d s, "
+              "metrics on, %.0f s steady state:" % (model, args.watch_timeout, result["elapsed"]))
+        print("  RSS: median %.1f MiB, max %.1f MiB; of it the NVML library's mappings %.1f MiB, "
+              "Python + agent %.1f MiB (target < 30 MiB)" % (
+                  result["rss_median"], result["rss_max"], result["library_rss"],
+                  result["rss_median"] - result["library_rss"]))
+        print("  CPU: %.3f %% of one core (target <= 0.3 %%)" % result["cpu"])
+        print("  NVML: %.3f ms per GPU per tick over %d ticks (target <= 1 ms); NVML initialised %d time(s), "
+              "static readings read %d time(s)"
+              % (result["nvml_ms_per_gpu_tick"], result["ticks"], result["inits"], result["static_reads"]))
+        print("  API requests: %d in %.0f s = %.2f per minute; SCV: 60 per minute (1 GET/s)"
+              % (result["requests"], result["elapsed"], result["per_minute"]))
+        print("  freshness: a memory change reached the Scv after %.2f s (one interval is 1 s)" % result["freshness"])
+    if site:
+        print("site.yml on the demo node (API stages for real, host stages in check mode): first run %.1f s, "
+              "rerun %.1f s" % tuple(site))
 
 
 if __name__ == "__main__":

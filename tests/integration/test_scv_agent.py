@@ -174,6 +174,44 @@ def test_gpu_errors_make_the_card_unhealthy_not_the_agent_stop(agent):
     assert status.get("cardList", []) == [] and status.get("cardNumber", 0) == 0
 
 
+def change_scenario(agent, change):
+    scenario = json.loads(agent.scenario.read_text())
+    change(scenario)
+    staged = agent.scenario.with_suffix(".new")
+    staged.write_text(json.dumps(scenario))
+    staged.rename(agent.scenario)
+
+
+def test_nvml_stays_initialised_and_starts_anew_after_a_driver_change(agent):
+    agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 4, 20)
+    metrics = agent.metrics()
+    assert (metrics["scv_agent_nvml_inits_total"], metrics["scv_agent_nvml_static_reads_total"]) == (1, 1)
+    assert metrics["scv_agent_nvml_seconds_total"] > 0
+
+    def upgrade(scenario):
+        scenario["driverVersion"] = "550.54.15"
+        scenario["devices"][0]["maxClocks"]["memory"] = 5000   # a static reading: read again only in a new session
+    change_scenario(agent, upgrade)
+    took = agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["clock"] == 5000, 5)
+    assert took < 1.0 + 0.5, took       # one interval, plus kubectl's own start-up
+    assert agent.metrics()["scv_agent_nvml_inits_total"] == 2
+    assert "NVML initialised anew: the driver changed from 535.183.01 to 550.54.15" in agent.log.read_text()
+
+
+def test_a_transient_uninitialized_answer_is_retried_in_a_new_session_not_published(agent, api_requests):
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["health"] == "Healthy", 20)
+    agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 2, 10)
+    before = api_requests.snapshot()
+    change_scenario(agent, lambda scenario: scenario["devices"][0].update(
+        errors={"nvmlDeviceGetMemoryInfo": {"error": "UNINITIALIZED", "times": 1}}))
+    agent.wait_for(lambda: agent.metrics()["scv_agent_nvml_inits_total"] == 2, 5)
+    time.sleep(1.5)
+    writes = {key: count for key, count in api_requests.delta(before, api_requests.snapshot()).items()
+              if key[0] not in ("GET", "LIST", "WATCH")}
+    assert writes == {}                 # the card never looked Unhealthy
+    assert agent.scv()["status"]["cardList"][0]["health"] == "Healthy"
+
+
 def test_sigterm_exits_cleanly(agent):
     agent.wait_for(lambda: agent.scv() is not None, 20)
     assert agent.stop() == 0

@@ -8,7 +8,7 @@ session to show when it starts again.
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 import pytest
 
