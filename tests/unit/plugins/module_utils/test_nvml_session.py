@@ -271,3 +271,12 @@ def test_gather_subset_min_asks_nothing_it_does_not_return(nvml_simulator):
         assert nvml_simulator.calls_of(function) == 0, function
     card = facts["cardList"][0]
     assert not {"temperature", "migEnabled", "migDevices", "processCount"} & set(card)
+
+
+def test_a_session_reports_every_health_reason_at_every_read(nvml_simulator, session):
+    nvml_simulator.use("health_reasons")
+    once = _nvml.collect(ALL)
+    for _read in range(3):
+        facts = session.read(ALL)
+        assert [card["healthReasons"] for card in facts["cardList"]] == expected.HEALTH_REASONS
+        assert facts == once
