@@ -34,7 +34,8 @@ options:
     description:
       - Optional parts of the facts to read. The SCV fields, identity (UUID, PCI bus id,
         compute capability, family), persistence mode and everything health depends on
-        (ECC, retired pages, remapped rows, recovery action, clock event reasons) are always read.
+        (ECC, remapped rows, or retired pages on cards that do not remap rows, recovery action,
+        clock event reasons) are always read.
       - C(telemetry) reads temperature, utilization and power draw.
       - C(mig) reads the MIG mode and, when MIG is enabled, the MIG devices.
       - C(processes) counts the compute processes running on each card.

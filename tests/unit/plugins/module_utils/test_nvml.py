@@ -176,11 +176,25 @@ HEALTH_QUERIES = ("nvmlDeviceGetEccMode", "nvmlDeviceGetRetiredPagesPendingStatu
 def test_health_that_could_not_be_checked_says_so(nvml_simulator, tmp_path, monkeypatch, function):
     def change(scenario):
         scenario["devices"][0].setdefault("errors", {})[function] = "NO_PERMISSION"
-    _derived(tmp_path, monkeypatch, "h100_sxm_x8", change)
+    # H100s remap rows and are not asked about retired pages; V100s retire pages.
+    retires_pages = function == "nvmlDeviceGetRetiredPagesPendingStatus"
+    _derived(tmp_path, monkeypatch, "lost_card" if retires_pages else "h100_sxm_x8", change)
     card = _nvml.collect(ALL)["cardList"][0]
     assert len(card["healthUnchecked"]) == 1 and "no permission to read it" in card["healthUnchecked"][0]
     assert card["healthReasons"] == []
     assert "healthUnchecked" not in _nvml.collect(ALL)["cardList"][1]
+
+
+def test_cards_that_remap_rows_are_not_asked_about_retired_pages(nvml_simulator):
+    nvml_simulator.use("h100_sxm_x8")
+    nvml_simulator.reset_calls()
+    _nvml.collect([])
+    assert nvml_simulator.calls_of("nvmlDeviceGetRemappedRows") == 8
+    assert nvml_simulator.calls_of("nvmlDeviceGetRetiredPagesPendingStatus") == 0
+    nvml_simulator.use("lost_card")
+    nvml_simulator.reset_calls()
+    assert _nvml.collect([])["cardList"][0]["retiredPagesPending"] is False
+    assert nvml_simulator.calls_of("nvmlDeviceGetRetiredPagesPendingStatus") == 3   # card 2 is lost
 
 
 def test_mig_failures_are_one_reason_naming_the_devices(nvml_simulator, tmp_path, monkeypatch):
