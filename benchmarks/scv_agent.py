@@ -210,8 +210,8 @@ def main():
         print("  API requests: %d in %.0f s = %.2f per minute; SCV: 60 per minute (1 GET/s)"
               % (result["requests"], result["elapsed"], result["per_minute"]))
         print("  freshness: a memory change reached the Scv after %.2f s, median of %d changes (max %.2f s), "
-              "polled with kubectl; one interval is 1 s" % (result["freshness"], FRESHNESS_CHANGES,
-                                                           result["freshness_max"]))
+              "polled with kubectl; one interval is 1 s"
+              % (result["freshness"], FRESHNESS_CHANGES, result["freshness_max"]))
     if site:
         print("site.yml on the demo node (API stages for real, host stages in check mode): first run %.1f s, "
               "rerun %.1f s" % tuple(site))
