@@ -27,6 +27,12 @@ import threading
 import time
 
 from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+from ansible_collections.scv.gpu.plugins.module_utils._node_condition import (
+    condition_patch,
+    current_condition,
+    gpu_condition,
+    transition_event,
+)
 from ansible_collections.scv.gpu.plugins.module_utils._nvml import Session
 from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish
 from ansible_collections.scv.gpu.plugins.module_utils._scv_status import desired_status, needs_update, now_rfc3339
@@ -35,13 +41,15 @@ LOG = logging.getLogger("scv-gpu-agent")
 DEFAULT_INTERVAL_MS = 1000
 MIN_INTERVAL_MS = 100
 MAX_BACKOFF_S = 30.0
+CONDITION_HEARTBEAT_S = 300.0
+COMPONENT = "scv-gpu-agent"
 
 
 class Agent:
     """One node's publishing loop. ``client`` is a RestScvClient (or anything with its methods)."""
 
     def __init__(self, client, node, default_interval_ms=DEFAULT_INTERVAL_MS, watch_timeout=300, metrics=False,
-                 session=None):
+                 session=None, node_condition=True):
         self.client = client
         self.node = node
         self.default_interval_ms = default_interval_ms
@@ -49,11 +57,16 @@ class Agent:
         self.metrics = metrics
         self.session = session if session is not None else Session()
         self.nvml_seconds = 0.0
+        self.node_condition = node_condition
+        self.condition = None          # (status, reason, message) as last written or read from the Node
+        self.condition_since = None    # its lastTransitionTime
+        self.condition_written_at = None
+        self.node_missing_logged = False
         self.scv = None               # the object as last written or watched
         self.recreate = False         # the watch saw it deleted
         self.facts = None
         self.failures = 0
-        self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0}
+        self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0, "condition_writes": 0, "events": 0}
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -101,6 +114,8 @@ class Agent:
         if self.session.inits > inits > 0:
             LOG.warning("NVML initialised anew: %s", self.session.last_reinit_reason)
         self.facts = facts
+        if self.node_condition:
+            self._update_condition(facts)
         try:
             self._publish(facts)
         except ScvApiError as error:
@@ -150,6 +165,47 @@ class Agent:
             self.scv = written
         self.counters["writes"] += 1
         LOG.info("wrote the status of Scv %s", self.node)
+
+    # ------------------------------------------------------- node condition
+
+    def _update_condition(self, facts):
+        """Sets GPUHealthy on the node's own Node when it changed (or every CONDITION_HEARTBEAT_S); an Event on
+        each change of status or reason. API errors are logged and tried again at the next tick."""
+        wanted = gpu_condition(facts)
+        now_s = time.monotonic()
+        try:
+            if self.condition is None:
+                node = self.client.get_node(self.node)
+                if node is None:
+                    if not self.node_missing_logged:
+                        LOG.warning("there is no Node %s: the %s condition is not set", self.node, "GPUHealthy")
+                        self.node_missing_logged = True
+                    return
+                existing = current_condition(node)
+                if existing:
+                    self.condition = (existing.get("status"), existing.get("reason"), existing.get("message"))
+                    self.condition_since = existing.get("lastTransitionTime")
+                else:
+                    self.condition = (None, None, None)
+            heartbeat_due = (self.condition_written_at is None
+                             or now_s - self.condition_written_at >= CONDITION_HEARTBEAT_S)
+            if wanted == self.condition and not heartbeat_due:
+                return
+            now = now_rfc3339()
+            transition = wanted[:2] != self.condition[:2]
+            since = now if wanted[0] != self.condition[0] or not self.condition_since else self.condition_since
+            node = self.client.patch_node_status(self.node, condition_patch(*wanted, now=now, transition_time=since))
+            self.counters["condition_writes"] += 1
+            previous, self.condition, self.condition_since = self.condition, wanted, since
+            self.condition_written_at = now_s
+            if transition:
+                LOG.info("Node %s: GPUHealthy is %s (%s): %s", self.node, *wanted)
+                if previous[0] is not None or wanted[0] != "True":
+                    self.client.create_event(transition_event(node, *wanted, now=now, component=COMPONENT))
+                    self.counters["events"] += 1
+        except ScvApiError as error:
+            self.counters["errors"] += 1
+            LOG.warning("%s", error)
 
     # ----------------------------------------------------------------- watch
 
@@ -232,7 +288,9 @@ class Agent:
             lines.append('scv_gpu_healthy{node="%s",gpu="%s",uuid="%s"} %d' % (
                 self.node, card["id"], card.get("uuid", ""), card.get("health") == "Healthy"))
         for name, text in (("ticks", "NVML reads."), ("writes", "Status writes."), ("creates", "Scv creations."),
-                           ("errors", "Failed reads or API calls.")):
+                           ("errors", "Failed reads or API calls."),
+                           ("condition_writes", "Writes of the GPUHealthy Node condition."),
+                           ("events", "Events emitted on GPUHealthy transitions.")):
             lines += ["# HELP scv_agent_%s_total %s" % (name, text), "# TYPE scv_agent_%s_total counter" % name,
                       "scv_agent_%s_total %d" % (name, self.counters[name])]
         lines += ["# HELP scv_agent_api_requests_total API requests made.", "# TYPE scv_agent_api_requests_total counter",
@@ -310,6 +368,8 @@ def main(argv=None):
     parser.add_argument("--static-refresh", type=float, default=600.0,
                         help="seconds between reads of each card's static readings (identity, maximum clocks, "
                              "power limit, PCIe, ECC and MIG mode); NVML errors that call for it read them at once")
+    parser.add_argument("--no-node-condition", dest="node_condition", action="store_false",
+                        help="do not set the GPUHealthy condition on the node's Node, nor emit Events")
     parser.add_argument("--metrics-address", default="", help="host:port for Prometheus metrics (off when empty)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -320,7 +380,7 @@ def main(argv=None):
         LOG.error("%s", error)
         return 2
     agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address),
-                  session=Session(static_refresh_s=args.static_refresh))
+                  session=Session(static_refresh_s=args.static_refresh), node_condition=args.node_condition)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     if args.metrics_address:

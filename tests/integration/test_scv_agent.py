@@ -212,6 +212,102 @@ def test_a_transient_uninitialized_answer_is_retried_in_a_new_session_not_publis
     assert agent.scv()["status"]["cardList"][0]["health"] == "Healthy"
 
 
+def gpu_condition_of(plane, node):
+    status = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["status"]
+    return next((c for c in status.get("conditions", []) if c["type"] == "GPUHealthy"), None)
+
+
+def node_events(plane, node):
+    events = json.loads(plane.kubectl("get", "events", "-n", "default", "-o", "json",
+                                      "--field-selector", "involvedObject.name=%s" % node).stdout)["items"]
+    return [(event["type"], event["reason"]) for event in sorted(events, key=lambda e: e["metadata"]["creationTimestamp"])]
+
+
+@pytest.fixture
+def agent_on_node(access, agent_command, tmp_path, request):
+    """An agent whose Node exists (created as the kubelet would have), on the lost_card scenario's V100s."""
+    plane = access
+    node = node_for(request)
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("delete", "events", "-n", "default", "--field-selector", "involvedObject.name=%s" % node)
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    started = AgentProcess(agent_command, plane, node, tmp_path, scenario="h100_sxm_x8")
+    yield started
+    started.stop()
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+
+
+def test_an_unhealthy_gpu_sets_the_node_condition_and_recovery_clears_it(agent_on_node):
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    healthy = gpu_condition_of(plane, agent.node)
+    assert (healthy["reason"], healthy["message"]) == ("GPUsHealthy", "all 8 GPUs are healthy")
+    assert node_events(plane, agent.node) == []          # starting healthy is no transition
+
+    change_scenario(agent, lambda scenario: scenario["devices"][3].update(errors={"*": "GPU_IS_LOST"}))
+    took = agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "False", 5)
+    assert took < 1.0 + 0.5, took
+    lost = gpu_condition_of(plane, agent.node)
+    assert lost["reason"] == "GPUUnhealthy"
+    assert lost["message"].startswith("1 of 8 GPUs unhealthy. GPU 3 (GPU-5a7c0003-1f2e-4d3c-8b4a-9e8d7c6b5a43): GPU is lost")
+    assert lost["lastTransitionTime"] >= healthy["lastTransitionTime"]
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy")], 5)
+
+    change_scenario(agent, lambda scenario: scenario["devices"][3].pop("errors"))
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 5)
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy"), ("Normal", "GPUsHealthy")], 5)
+    metrics = agent.metrics()
+    assert metrics["scv_agent_events_total"] == 2
+    assert metrics["scv_agent_condition_writes_total"] == 3
+
+
+def test_a_node_cannot_set_another_nodes_condition(access, tmp_path):
+    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+    from ansible_collections.scv.gpu.plugins.module_utils._node_condition import condition_patch
+
+    plane = access
+    for name in ("condition-own", "condition-victim"):
+        plane.kubectl("delete", "node", name, "--ignore-not-found")
+        plane.kubectl("create", "-f", "-", input_text=json.dumps(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+    try:
+        client = RestScvClient.from_file(str(plane.node_kubeconfig("condition-own")))
+        patch = condition_patch("False", "GPUUnhealthy", "test", "2026-11-22T00:00:00Z", "2026-11-22T00:00:00Z")
+        client.patch_node_status("condition-own", patch)
+        assert gpu_condition_of(plane, "condition-own")["status"] == "False"
+        with pytest.raises(ScvApiError) as denied:
+            client.patch_node_status("condition-victim", patch)
+        assert denied.value.status == 403
+        assert gpu_condition_of(plane, "condition-victim") is None
+    finally:
+        for name in ("condition-own", "condition-victim"):
+            plane.kubectl("delete", "node", name, "--ignore-not-found")
+
+
+def test_what_a_node_identity_may_do_to_its_own_taints(access):
+    """NodeRestriction lets a kubelet write its Node's status, not its taints: a taint needs another identity."""
+    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+
+    plane = access
+    plane.kubectl("delete", "node", "taint-own", "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "taint-own"}}))
+    try:
+        client = RestScvClient.from_file(str(plane.node_kubeconfig("taint-own")))
+        taint = {"spec": {"taints": [{"key": "scv.gpu/unhealthy", "effect": "NoSchedule"}]}}
+        with pytest.raises(ScvApiError) as denied:
+            client.patch_node("taint-own", taint)
+        assert denied.value.status == 403
+        assert "is not allowed to modify taints" in str(denied.value)
+        plane.kubectl("taint", "node", "taint-own", "scv.gpu/unhealthy=:NoSchedule")   # the admin may
+        node = json.loads(plane.kubectl("get", "node", "taint-own", "-o", "json").stdout)
+        assert node["spec"]["taints"][0]["key"] == "scv.gpu/unhealthy"
+    finally:
+        plane.kubectl("delete", "node", "taint-own", "--ignore-not-found")
+
+
 def test_sigterm_exits_cleanly(agent):
     agent.wait_for(lambda: agent.scv() is not None, 20)
     assert agent.stop() == 0
