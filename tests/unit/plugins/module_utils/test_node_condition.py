@@ -25,9 +25,11 @@ def test_no_gpu_with_working_nvml_is_true_and_says_so():
 
 def test_a_lost_card_is_named_with_its_reason():
     status, reason, message = gpu_condition(expected.LOST_CARD)
-    card = expected.LOST_CARD["cardList"][2]
     assert (status, reason) == ("False", "GPUUnhealthy")
-    assert message == "1 of 4 GPUs unhealthy. GPU 2 (%s): %s" % (card["uuid"], expected.LOST)
+    assert message == "1 of 4 GPUs unhealthy. GPU 2: %s" % expected.LOST    # a lost card tells no UUID
+    facts = copy.deepcopy(expected.LOST_CARD)
+    facts["cardList"][2]["uuid"] = "GPU-x"
+    assert gpu_condition(facts)[2] == "1 of 4 GPUs unhealthy. GPU 2 (GPU-x): %s" % expected.LOST
 
 
 def test_an_unreadable_nvml_is_false_with_the_reason():
