@@ -36,6 +36,7 @@ from ansible_collections.scv.gpu.plugins.module_utils._node_condition import (
 from ansible_collections.scv.gpu.plugins.module_utils._nvml import Session
 from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish
 from ansible_collections.scv.gpu.plugins.module_utils._scv_status import desired_status, needs_update, now_rfc3339
+from ansible_collections.scv.gpu.plugins.module_utils._xid import parse_actions
 
 LOG = logging.getLogger("scv-gpu-agent")
 DEFAULT_INTERVAL_MS = 1000
@@ -66,7 +67,9 @@ class Agent:
         self.recreate = False         # the watch saw it deleted
         self.facts = None
         self.failures = 0
-        self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0, "condition_writes": 0, "events": 0}
+        self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0, "condition_writes": 0, "events": 0,
+                         "xid_events": 0}
+        self._xid_waiter = None
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -84,10 +87,14 @@ class Agent:
 
     def run(self):
         LOG.info("publishing Scv %s to %s", self.node, self.client.server)
+        self._xid_waiter = threading.Thread(target=self._wait_for_xids, name="nvml-events", daemon=True)
+        self._xid_waiter.start()
         while not self.stopping.is_set():
             self.wake.clear()
             delay = self.tick()
             self.wake.wait(delay)
+        if self._xid_waiter is not None:
+            self._xid_waiter.join(timeout=2)
         self.session.close()
         LOG.info("stopped")
 
@@ -165,6 +172,21 @@ class Agent:
             self.scv = written
         self.counters["writes"] += 1
         LOG.info("wrote the status of Scv %s", self.node)
+
+    def _wait_for_xids(self):
+        """Blocks on NVML's events; an XID wakes the loop at once, so it reaches the Scv and the Node within a tick."""
+        while not self.stopping.is_set():
+            try:
+                event = self.session.wait_event(500)
+            except Exception as error:  # pylint: disable=broad-exception-caught
+                LOG.warning("waiting for NVML events failed: %s", error)
+                self.stopping.wait(1)
+                continue
+            if event is not None:
+                index, xid = event
+                self.counters["xid_events"] += 1
+                LOG.warning("XID %d on GPU %s", xid, index)
+                self.wake.set()
 
     # ------------------------------------------------------- node condition
 
@@ -290,7 +312,8 @@ class Agent:
         for name, text in (("ticks", "NVML reads."), ("writes", "Status writes."), ("creates", "Scv creations."),
                            ("errors", "Failed reads or API calls."),
                            ("condition_writes", "Writes of the GPUHealthy Node condition."),
-                           ("events", "Events emitted on GPUHealthy transitions.")):
+                           ("events", "Events emitted on GPUHealthy transitions."),
+                           ("xid_events", "XID critical errors NVML reported.")):
             lines += ["# HELP scv_agent_%s_total %s" % (name, text), "# TYPE scv_agent_%s_total counter" % name,
                       "scv_agent_%s_total %d" % (name, self.counters[name])]
         lines += ["# HELP scv_agent_api_requests_total API requests made.", "# TYPE scv_agent_api_requests_total counter",
@@ -370,17 +393,29 @@ def main(argv=None):
                              "power limit, PCIe, ECC and MIG mode); NVML errors that call for it read them at once")
     parser.add_argument("--no-node-condition", dest="node_condition", action="store_false",
                         help="do not set the GPUHealthy condition on the node's Node, nor emit Events")
+    parser.add_argument("--xid-action", action="append", default=[], metavar="XID=ACTION",
+                        help="what an XID calls for: none (the card stays Healthy), reset or reboot (the card is "
+                             "Unhealthy); overrides the built-in table; repeat for several")
+    parser.add_argument("--xid-hold", type=float, default=600.0,
+                        help="seconds an XID that calls for a reset or reboot keeps its card Unhealthy (0: until NVML "
+                             "is initialised again)")
     parser.add_argument("--metrics-address", default="", help="host:port for Prometheus metrics (off when empty)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        xid_actions = parse_actions(args.xid_action)
+    except ValueError as error:
+        parser.error(str(error))
     try:
         client = RestScvClient.from_file(args.kubeconfig, timeout=args.request_timeout)
     except ScvApiError as error:
         LOG.error("%s", error)
         return 2
     agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address),
-                  session=Session(static_refresh_s=args.static_refresh), node_condition=args.node_condition)
+                  session=Session(static_refresh_s=args.static_refresh, xid_actions=xid_actions,
+                                  xid_hold_s=args.xid_hold),
+                  node_condition=args.node_condition)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     if args.metrics_address:

@@ -225,14 +225,18 @@ def node_events(plane, node):
 
 @pytest.fixture
 def agent_on_node(access, agent_command, tmp_path, request):
-    """An agent whose Node exists (created as the kubelet would have), on the lost_card scenario's V100s."""
+    """An agent whose Node exists (created as the kubelet would have), on 8 simulated H100s.
+
+    Tests marked ``agent_args`` add their own arguments.
+    """
     plane = access
     node = node_for(request)
     plane.kubectl("delete", "node", node, "--ignore-not-found")
     plane.kubectl("delete", "events", "-n", "default", "--field-selector", "involvedObject.name=%s" % node)
     plane.kubectl("create", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
-    started = AgentProcess(agent_command, plane, node, tmp_path, scenario="h100_sxm_x8")
+    extra = getattr(request, "param", ())
+    started = AgentProcess(agent_command, plane, node, tmp_path, scenario="h100_sxm_x8", extra=extra)
     yield started
     started.stop()
     plane.kubectl("delete", "scv", node, "--ignore-not-found")
@@ -262,6 +266,38 @@ def test_an_unhealthy_gpu_sets_the_node_condition_and_recovery_clears_it(agent_o
     assert metrics["scv_agent_events_total"] == 2
     # healthy, lost (the message may change once: the first read still knew the card's UUID), healthy
     assert 3 <= metrics["scv_agent_condition_writes_total"] <= 4
+
+
+@pytest.mark.parametrize("agent_on_node", [("--default-interval", "5000", "--xid-hold", "3")], indirect=True)
+def test_an_xid_reaches_the_scv_and_the_node_within_a_second_not_an_interval(agent_on_node):
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    agent.wait_for(lambda: agent.scv()["spec"]["updateInterval"] == 5000, 5)
+    time.sleep(0.5)
+    change_scenario(agent, lambda scenario: scenario["devices"][5].update(xids=[{"xid": 79, "afterMs": 0}]))
+    took = agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "False", 5)
+    assert took < 1.0, took            # the tick is 5 s: only the event can have brought it
+    message = gpu_condition_of(plane, agent.node)["message"]
+    assert "GPU 5 (GPU-5a7c0005-1f2e-4d3c-8b4a-9e8d7c6b5a45)" in message
+    assert "XID 79 at " in message and "GPU has fallen off the bus; reboot the node" in message
+    status = agent.scv()["status"]
+    assert [card["id"] for card in status["unhealthyCardList"]] == [5] and status["cardNumber"] == 7
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy")], 5)
+    assert agent.metrics()["scv_agent_xid_events_total"] == 1
+    # --xid-hold 3: the card counts as healthy again 3 s after the XID, at the next tick (5 s)
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 12)
+    assert agent.scv()["status"]["cardNumber"] == 8
+
+
+@pytest.mark.parametrize("agent_on_node", [("--xid-action", "79=none")], indirect=True)
+def test_an_xid_whose_action_is_none_leaves_the_card_healthy(agent_on_node):
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    change_scenario(agent, lambda scenario: scenario["devices"][5].update(xids=[{"xid": 79, "afterMs": 0}]))
+    agent.wait_for(lambda: agent.metrics()["scv_agent_xid_events_total"] == 1, 5)
+    time.sleep(1.5)
+    assert gpu_condition_of(plane, agent.node)["status"] == "True"
+    assert agent.scv()["status"]["cardNumber"] == 8
 
 
 def test_a_node_cannot_set_another_nodes_condition(access, tmp_path):

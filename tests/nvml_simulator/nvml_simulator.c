@@ -1328,8 +1328,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned l
     SIM_RETURN(NVML_SUCCESS);
 }
 
-/* The first due, undelivered XID for `set`, marked delivered; 0 when none. */
-static int sim_next_xid(nvmlEventSet_t set, nvmlEventData_t *data)
+/* The first due, undelivered XID for `set`, marked delivered; 0 when none, with *pause_ms lowered to
+ * the wait until the next one is due. */
+static int sim_next_xid(nvmlEventSet_t set, nvmlEventData_t *data, long long *pause_ms)
 {
     struct timespec now;
     long long elapsed_ms;
@@ -1351,8 +1352,11 @@ static int sim_next_xid(nvmlEventSet_t set, nvmlEventData_t *data)
             if (set->delivered[index][i] || !sim_number(x, "xid", &xid))
                 continue;
             sim_number(x, "afterMs", &after);
-            if (after > elapsed_ms)
+            if (after > elapsed_ms) {
+                if (after - elapsed_ms < *pause_ms)
+                    *pause_ms = after - elapsed_ms;
                 continue;
+            }
             set->delivered[index][i] = 1;
             memset(data, 0, sizeof(*data));
             data->device = (nvmlDevice_t)&sim_gpu_handles[index];
@@ -1368,10 +1372,13 @@ static int sim_next_xid(nvmlEventSet_t set, nvmlEventData_t *data)
 
 SIM_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
-    struct timespec start, now, pause = {0, 20 * 1000000L};
+    struct timespec start, now;
 
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (unsigned int round = 0;; round++) {
+        long long waited_ms, pause_ms = 100;
+        struct timespec pause;
+
         pthread_mutex_lock(&sim_lock);
         if (round == 0)
             sim_call(__func__);
@@ -1379,15 +1386,21 @@ SIM_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t 
             SIM_RETURN(NVML_ERROR_UNINITIALIZED);
         if (!set || !data)
             SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-        if (round % 5 == 0)
-            sim_refresh();   /* a changed scenario (new XIDs) is seen within 100 ms */
-        if (sim_next_xid(set, data))
+        sim_refresh();   /* a changed scenario (new XIDs) is seen within 100 ms */
+        if (sim_next_xid(set, data, &pause_ms))
             SIM_RETURN(NVML_SUCCESS);
         pthread_mutex_unlock(&sim_lock);
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000LL >= (long long)timeoutms)
+        waited_ms = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000LL;
+        if (waited_ms >= (long long)timeoutms)
             return NVML_ERROR_TIMEOUT;
-        nanosleep(&pause, NULL);   /* a waiting caller sleeps, as it does in the driver */
+        /* A waiting caller sleeps, as it does in the driver: until the next XID is due, the next look
+         * at the scenario file, or the timeout. */
+        if (pause_ms > (long long)timeoutms - waited_ms)
+            pause_ms = (long long)timeoutms - waited_ms;
+        pause.tv_sec = pause_ms / 1000;
+        pause.tv_nsec = (pause_ms % 1000) * 1000000L + 1000000L;
+        nanosleep(&pause, NULL);
     }
 }
 
