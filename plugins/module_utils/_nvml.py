@@ -562,6 +562,11 @@ def collect(subsets):
             pass
 
 
+def _handle_key(handle):
+    import ctypes
+    return ctypes.cast(handle, ctypes.c_void_p).value
+
+
 class Session:
     """NVML kept initialised across reads, for a long-running reader such as the Scv agent.
 
@@ -590,6 +595,7 @@ class Session:
         self._nvml_lock = threading.RLock()   # session start and stop against the event waiter
         self._event_set = None
         self._event_inits = None
+        self._event_indexes = {}
         self.static_refresh_s = static_refresh_s
         self.max_lost_backoff_s = max_lost_backoff_s
         self.clock = clock or time.monotonic
@@ -684,15 +690,15 @@ class Session:
             event_set = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError:
             return None
-        registered = 0
+        self._event_indexes = {}
         for index in range(len(self._handles)):
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
-                registered += 1
             except pynvml.NVMLError:
-                pass   # a card without events (or lost) is read as before
-        if not registered:
+                continue   # a card without events (or lost) is read as before
+            self._event_indexes[_handle_key(handle)] = index
+        if not self._event_indexes:
             pynvml.nvmlEventSetFree(event_set)
             return None
         self._event_set, self._event_inits = event_set, self.inits
@@ -707,10 +713,8 @@ class Session:
             self._event_set = None
 
     def _index_of(self, handle):
-        try:
-            return pynvml.nvmlDeviceGetIndex(handle)
-        except pynvml.NVMLError:
-            return None
+        """The card an event came from, by its handle: a lost card no longer answers nvmlDeviceGetIndex."""
+        return self._event_indexes.get(_handle_key(handle))
 
     def _xid_reasons(self, index):
         """Health reasons for the XIDs kept for card ``index``; drops those older than xid_hold_s."""
