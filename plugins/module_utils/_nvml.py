@@ -287,6 +287,10 @@ def _read_telemetry(reader, card):
     draw = reader.query("power draw", pynvml.nvmlDeviceGetPowerUsage)
     if draw is not None:
         card["powerDraw"] = draw // 1000
+    for key, what, clock in (("smClock", "SM clock", _CLOCK_SM), ("memClock", "memory clock", _CLOCK_MEM)):
+        value = reader.query(what, pynvml.nvmlDeviceGetClockInfo, clock)
+        if value is not None:
+            card[key] = value
 
 
 def _read_mig_device(parent_reader, index):
@@ -715,6 +719,10 @@ class Session:
     def _index_of(self, handle):
         """The card an event came from, by its handle: a lost card no longer answers nvmlDeviceGetIndex."""
         return self._event_indexes.get(_handle_key(handle))
+
+    def last_xids(self):
+        """{card index: the last XID seen in this session}, as dcgm-exporter's DCGM_FI_DEV_XID_ERRORS."""
+        return {index: kept[-1][0] for index, kept in list(self._xids.items()) if kept and index is not None}
 
     def _xid_reasons(self, index):
         """Health reasons for the XIDs kept for card ``index``; drops those older than xid_hold_s."""

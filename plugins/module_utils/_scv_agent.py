@@ -288,50 +288,31 @@ class Agent:
 
     # --------------------------------------------------------------- metrics
 
+    def counter_values(self):
+        """(name without _total, help, value) of the agent's own counters."""
+        values = [("scv_agent_%s" % name, text, self.counters[name]) for name, text in (
+            ("ticks", "NVML reads."), ("writes", "Status writes."), ("creates", "Scv creations."),
+            ("errors", "Failed reads or API calls."),
+            ("condition_writes", "Writes of the GPUHealthy Node condition."),
+            ("events", "Events emitted on GPUHealthy transitions."),
+            ("xid_events", "XID critical errors NVML reported."))]
+        values += [
+            ("scv_agent_api_requests", "API requests made.", self.client.requests),
+            ("scv_agent_credential_reloads", "Times changed credentials were read from disk.",
+             getattr(self.client, "reloads", 0)),
+            ("scv_agent_nvml_inits", "Times NVML was initialised (once, then after errors that call for it).",
+             self.session.inits),
+            ("scv_agent_nvml_static_reads", "Times every card's static readings were read.",
+             self.session.static_reads),
+            ("scv_agent_nvml_seconds", "Seconds spent reading NVML.", self.nvml_seconds),
+        ]
+        return values
+
     def metrics_text(self):
-        """Prometheus text: per-GPU gauges and the agent's own counters."""
-        lines = []
-        gauges = (
-            ("scv_gpu_memory_total_mib", "totalMemory", "Total GPU memory in MiB."),
-            ("scv_gpu_memory_free_mib", "freeMemory", "Free GPU memory in MiB."),
-            ("scv_gpu_utilization_percent", "gpuUtilization", "GPU utilization in percent."),
-            ("scv_gpu_power_draw_watts", "powerDraw", "Power draw in watts."),
-            ("scv_gpu_temperature_celsius", "temperature", "GPU temperature in degrees Celsius."),
-        )
-        cards = (self.facts or {}).get("cardList") or []
-        for metric, field, text in gauges:
-            lines += ["# HELP %s %s" % (metric, text), "# TYPE %s gauge" % metric]
-            for card in cards:
-                if card.get(field) is not None:
-                    lines.append('%s{node="%s",gpu="%s",uuid="%s"} %s' % (
-                        metric, self.node, card["id"], card.get("uuid", ""), card[field]))
-        lines += ["# HELP scv_gpu_healthy 1 when the card is Healthy.", "# TYPE scv_gpu_healthy gauge"]
-        for card in cards:
-            lines.append('scv_gpu_healthy{node="%s",gpu="%s",uuid="%s"} %d' % (
-                self.node, card["id"], card.get("uuid", ""), card.get("health") == "Healthy"))
-        for name, text in (("ticks", "NVML reads."), ("writes", "Status writes."), ("creates", "Scv creations."),
-                           ("errors", "Failed reads or API calls."),
-                           ("condition_writes", "Writes of the GPUHealthy Node condition."),
-                           ("events", "Events emitted on GPUHealthy transitions."),
-                           ("xid_events", "XID critical errors NVML reported.")):
-            lines += ["# HELP scv_agent_%s_total %s" % (name, text), "# TYPE scv_agent_%s_total counter" % name,
-                      "scv_agent_%s_total %d" % (name, self.counters[name])]
-        lines += ["# HELP scv_agent_api_requests_total API requests made.", "# TYPE scv_agent_api_requests_total counter",
-                  "scv_agent_api_requests_total %d" % self.client.requests,
-                  "# HELP scv_agent_credential_reloads_total Times changed credentials were read from disk.",
-                  "# TYPE scv_agent_credential_reloads_total counter",
-                  "scv_agent_credential_reloads_total %d" % getattr(self.client, "reloads", 0),
-                  "# HELP scv_agent_nvml_inits_total Times NVML was initialised (once, then after errors that "
-                  "call for it).",
-                  "# TYPE scv_agent_nvml_inits_total counter",
-                  "scv_agent_nvml_inits_total %d" % self.session.inits,
-                  "# HELP scv_agent_nvml_static_reads_total Times every card's static readings were read.",
-                  "# TYPE scv_agent_nvml_static_reads_total counter",
-                  "scv_agent_nvml_static_reads_total %d" % self.session.static_reads,
-                  "# HELP scv_agent_nvml_seconds_total Seconds spent reading NVML.",
-                  "# TYPE scv_agent_nvml_seconds_total counter",
-                  "scv_agent_nvml_seconds_total %.6f" % self.nvml_seconds]
-        return "\n".join(lines) + "\n"
+        """Prometheus text: dcgm-exporter's series, the scv_gpu gauges and the agent's counters."""
+        from ansible_collections.scv.gpu.plugins.module_utils._gpu_metrics import exposition
+
+        return exposition(self).decode("utf-8")
 
 
 def _interval_of(scv):
@@ -363,7 +344,7 @@ def serve_metrics(agent, address):
                 return
             body = agent.metrics_text().encode()
             self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -984,6 +984,23 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClock
     SIM_RETURN(NVML_SUCCESS);
 }
 
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    static const char *keys[] = {
+        [NVML_CLOCK_GRAPHICS] = "graphics", [NVML_CLOCK_SM] = "sm",
+        [NVML_CLOCK_MEM] = "memory", [NVML_CLOCK_VIDEO] = "video",
+    };
+    long long value;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!clock || (unsigned int)type >= sizeof(keys) / sizeof(keys[0]))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (dev.mig || !sim_number(j_get(dev.gpu, "clocks"), keys[type], &value))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *clock = (unsigned int)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
 /* Device queries that answer one scalar from a number in the scenario, converted by `convert`. */
 #define SIM_SCALAR_QUERY(function, type, key, convert)                        \
     SIM_EXPORT nvmlReturn_t function(nvmlDevice_t device, type *out)          \
