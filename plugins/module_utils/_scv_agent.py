@@ -62,7 +62,7 @@ class Agent:
         self.condition = None          # (status, reason, message) as last written or read from the Node
         self.condition_since = None    # its lastTransitionTime
         self.condition_written_at = None
-        self.node_missing_logged = False
+        self.node_missing_since = None   # when the Node was last found missing
         self.scv = None               # the object as last written or watched
         self.recreate = False         # the watch saw it deleted
         self.facts = None
@@ -177,7 +177,7 @@ class Agent:
         """Blocks on NVML's events; an XID wakes the loop at once, so it reaches the Scv and the Node within a tick."""
         while not self.stopping.is_set():
             try:
-                event = self.session.wait_event(500)
+                event = self.session.wait_event(100)
             except Exception as error:  # pylint: disable=broad-exception-caught
                 LOG.warning("waiting for NVML events failed: %s", error)
                 self.stopping.wait(1)
@@ -197,12 +197,16 @@ class Agent:
         now_s = time.monotonic()
         try:
             if self.condition is None:
+                if self.node_missing_since is not None and now_s - self.node_missing_since < CONDITION_HEARTBEAT_S:
+                    return   # no Node yet: look again later, not at every tick
                 node = self.client.get_node(self.node)
                 if node is None:
-                    if not self.node_missing_logged:
-                        LOG.warning("there is no Node %s: the %s condition is not set", self.node, "GPUHealthy")
-                        self.node_missing_logged = True
+                    if self.node_missing_since is None:
+                        LOG.warning("there is no Node %s: the GPUHealthy condition is not set; looking again every "
+                                    "%d s", self.node, CONDITION_HEARTBEAT_S)
+                    self.node_missing_since = now_s
                     return
+                self.node_missing_since = None
                 existing = current_condition(node)
                 if existing:
                     self.condition = (existing.get("status"), existing.get("reason"), existing.get("message"))

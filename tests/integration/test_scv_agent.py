@@ -48,13 +48,13 @@ class AgentProcess:
             return response.read().decode()
 
     def metrics(self):
-        """{'name{label="value",...}': value}, parsed by Prometheus's own text parser."""
+        """{'name{label="value",...}': value}, labels sorted by name, parsed by Prometheus's own text parser."""
         from prometheus_client.parser import text_string_to_metric_families
 
         samples = {}
         for family in text_string_to_metric_families(self.metrics_text()):
             for sample in family.samples:
-                labels = ",".join('%s="%s"' % item for item in sample.labels.items())
+                labels = ",".join('%s="%s"' % item for item in sorted(sample.labels.items()))
                 samples[sample.name + ("{%s}" % labels if labels else "")] = sample.value
         return samples
 
@@ -324,8 +324,8 @@ def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
     change_scenario(agent, lambda scenario: [device.update(clocks={"sm": 1980, "memory": 2619})
                                              for device in scenario["devices"]])
     agent.wait_for(lambda: agent.metrics().get(
-        'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",pci_bus_id="00000000:18:00.0",'
-        'device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="%s"}' % agent.node) == 1980, 10)
+        'DCGM_FI_DEV_SM_CLOCK{Hostname="%s",UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",device="nvidia0",'
+        'gpu="0",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"}' % agent.node) == 1980, 10)
     families = {family.name: family for family in text_string_to_metric_families(agent.metrics_text())}
     queried = set()
     for line in DASHBOARD_QUERIES.read_text().splitlines():
@@ -395,7 +395,7 @@ def test_sigterm_exits_cleanly(agent):
 
 
 def test_metrics_carry_per_gpu_gauges(agent):
-    labels = '{node="%s",gpu="0",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node
+    labels = '{gpu="0",node="%s",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node
     agent.wait_for(lambda: agent.metrics().get("scv_gpu_memory_total_mib" + labels) == 12194, 20)
     metrics = agent.metrics()
     assert metrics["scv_gpu_temperature_celsius" + labels] == 38
