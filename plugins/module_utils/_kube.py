@@ -503,8 +503,8 @@ class RestScvClient:
         return http.client.HTTPSConnection(credentials.host, credentials.port, context=credentials.ssl,
                                            timeout=self._timeout if timeout is None else timeout)
 
-    def _headers(self):
-        headers = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": "scv-gpu-agent"}
+    def _headers(self, content_type="application/json"):
+        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": "scv-gpu-agent"}
         if self._credentials.token:
             headers["Authorization"] = "Bearer " + self._credentials.token
         return headers
@@ -527,12 +527,13 @@ class RestScvClient:
         return ScvApiError("cannot %s %s: the Kubernetes API at %s is unreachable: %s"
                            % (verb, target, self.server, error))
 
-    def _exchange(self, method, verb, target, path, body):
+    def _exchange(self, method, verb, target, path, body, content_type="application/json"):
         """One request; (status, payload)."""
         self.requests += 1
         connection = self._connection()
         try:
-            connection.request(method, path, body=None if body is None else json.dumps(body), headers=self._headers())
+            connection.request(method, path, body=None if body is None else json.dumps(body),
+                               headers=self._headers(content_type))
             response = connection.getresponse()
             return response.status, response.read()
         except (OSError, ValueError) as error:
@@ -540,19 +541,20 @@ class RestScvClient:
         finally:
             connection.close()
 
-    def _request(self, method, verb, target, path, body=None, missing=_NO_DEFAULT):
-        status, payload = self._exchange(method, verb, target, path, body)
+    def _request(self, method, verb, target, path, body=None, missing=_NO_DEFAULT, content_type="application/json"):
+        status, payload = self._exchange(method, verb, target, path, body, content_type)
         if status in (401, 403) and self.reload(force=True):
             # Rotated credentials (a kubelet's client certificate): one more try with the new ones.
-            status, payload = self._exchange(method, verb, target, path, body)
+            status, payload = self._exchange(method, verb, target, path, body, content_type)
         if status == 404:
-            # A missing object comes with a Status; an unserved resource (no CRD) with plain text.
-            try:
-                reason = json.loads(payload).get("reason")
-            except (ValueError, AttributeError):
-                reason = None
-            if reason != "NotFound":
-                raise _crd_missing(self.server)
+            if "/scvs" in path:
+                # A missing object comes with a Status; an unserved resource (no CRD) with plain text.
+                try:
+                    reason = json.loads(payload).get("reason")
+                except (ValueError, AttributeError):
+                    reason = None
+                if reason != "NotFound":
+                    raise _crd_missing(self.server)
             if missing is not _NO_DEFAULT:
                 return missing
         if status >= 400:
@@ -590,6 +592,35 @@ class RestScvClient:
         deleted = self._request("DELETE", "delete", "Scv %s" % name,
                                 self._path(name, dryRun="All" if check_mode else None), missing=False)
         return deleted is not False
+
+    # ------------------------------------------------------ the node's own Node
+
+    def _core_path(self, *parts, **query):
+        import urllib.parse
+        path = "%s/api/v1/%s" % (self._credentials.prefix, "/".join(urllib.parse.quote(part, safe="") for part in parts))
+        query = {key: value for key, value in query.items() if value is not None}
+        return path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+    def get_node(self, name):
+        """Node ``name``, or None when there is none."""
+        return self._request("GET", "get", "Node %s" % name, self._core_path("nodes", name), missing=None)
+
+    def patch_node(self, name, patch):
+        """A strategic-merge patch of Node ``name`` (its metadata and spec)."""
+        return self._request("PATCH", "patch", "Node %s" % name,
+                             self._core_path("nodes", name, fieldManager=FIELD_MANAGER), patch,
+                             content_type="application/strategic-merge-patch+json")
+
+    def patch_node_status(self, name, patch):
+        """A strategic-merge patch of Node ``name``'s status (conditions merge by their type)."""
+        return self._request("PATCH", "patch", "the status of Node %s" % name,
+                             self._core_path("nodes", name, "status", fieldManager=FIELD_MANAGER), patch,
+                             content_type="application/strategic-merge-patch+json")
+
+    def create_event(self, event):
+        namespace = event["metadata"]["namespace"]
+        return self._request("POST", "create", "an Event in %s" % namespace,
+                             self._core_path("namespaces", namespace, "events"), event)
 
     def watch(self, name, resource_version, timeout_seconds):
         """Yields (type, object) for Scv ``name`` until the server ends the watch.

@@ -287,6 +287,10 @@ def _read_telemetry(reader, card):
     draw = reader.query("power draw", pynvml.nvmlDeviceGetPowerUsage)
     if draw is not None:
         card["powerDraw"] = draw // 1000
+    for key, what, clock in (("smClock", "SM clock", _CLOCK_SM), ("memClock", "memory clock", _CLOCK_MEM)):
+        value = reader.query(what, pynvml.nvmlDeviceGetClockInfo, clock)
+        if value is not None:
+            card[key] = value
 
 
 def _read_mig_device(parent_reader, index):
@@ -562,6 +566,11 @@ def collect(subsets):
             pass
 
 
+def _handle_key(handle):
+    import ctypes
+    return ctypes.cast(handle, ctypes.c_void_p).value
+
+
 class Session:
     """NVML kept initialised across reads, for a long-running reader such as the Scv agent.
 
@@ -579,9 +588,18 @@ class Session:
     stays lost, since a lost card recovers only after a reset).
     """
 
-    def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None):
+    def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None, xid_actions=None,
+                 xid_hold_s=600.0):
+        import threading
         import time
 
+        self.xid_actions = dict(xid_actions or {})
+        self.xid_hold_s = xid_hold_s
+        self._xids = {}                # card index -> [(xid, RFC 3339 time, clock time)] in this session
+        self._nvml_lock = threading.RLock()   # session start and stop against the event waiter
+        self._event_set = None
+        self._event_inits = None
+        self._event_indexes = {}
         self.static_refresh_s = static_refresh_s
         self.max_lost_backoff_s = max_lost_backoff_s
         self.clock = clock or time.monotonic
@@ -623,15 +641,104 @@ class Session:
 
     def close(self):
         """Shuts NVML down (the next read initialises it again)."""
-        if self._open:
-            self._open = False
+        with self._nvml_lock:
+            self._free_events()
+            if self._open:
+                self._open = False
+                try:
+                    pynvml.nvmlShutdown()
+                except pynvml.NVMLError:
+                    pass
+            self._handles = []
+            self._uuids = []
+            self._static.clear()
+            self._xids.clear()
+
+    # ----------------------------------------------------------- XID events
+
+    def wait_event(self, timeout_ms):
+        """Waits up to ``timeout_ms`` for an XID critical error; (card index, xid), or None.
+
+        Meant for one thread beside the reader's: NVML wakes it when the driver reports an XID,
+        with no polling. The XID is kept and becomes a health reason of its card at the next
+        read (see ``_xid``), for ``xid_hold_s`` seconds (0: while this NVML session lasts).
+        Returns None at once, after a pause, when NVML is not initialised or has no events.
+        """
+        import time
+
+        with self._nvml_lock:
+            event_set = self._events_ready()
+            if event_set is not None:
+                try:
+                    data = pynvml.nvmlEventSetWait(event_set, timeout_ms)
+                except pynvml.NVMLError as error:
+                    if _error_code(error) != 10:   # NVML_ERROR_TIMEOUT: nothing happened
+                        self._free_events()
+                    return None
+                index = self._index_of(data.device)
+                xid = int(data.eventData)
+                at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                self._xids.setdefault(index, []).append((xid, at, self.clock()))
+                return index, xid
+        time.sleep(timeout_ms / 1000.0)
+        return None
+
+    def _events_ready(self):
+        """The event set of this session, created and registered on first use; None when there can be none."""
+        if not self._open:
+            return None
+        if self._event_set is not None and self._event_inits == self.inits:
+            return self._event_set
+        self._free_events()
+        try:
+            event_set = pynvml.nvmlEventSetCreate()
+        except pynvml.NVMLError:
+            return None
+        self._event_indexes = {}
+        for index in range(len(self._handles)):
             try:
-                pynvml.nvmlShutdown()
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+            except pynvml.NVMLError:
+                continue   # a card without events (or lost) is read as before
+            self._event_indexes[_handle_key(handle)] = index
+        if not self._event_indexes:
+            pynvml.nvmlEventSetFree(event_set)
+            return None
+        self._event_set, self._event_inits = event_set, self.inits
+        return event_set
+
+    def _free_events(self):
+        if self._event_set is not None:
+            try:
+                pynvml.nvmlEventSetFree(self._event_set)
             except pynvml.NVMLError:
                 pass
-        self._handles = []
-        self._uuids = []
-        self._static.clear()
+            self._event_set = None
+
+    def _index_of(self, handle):
+        """The card an event came from, by its handle: a lost card no longer answers nvmlDeviceGetIndex."""
+        return self._event_indexes.get(_handle_key(handle))
+
+    def last_xids(self):
+        """{card index: the last XID seen in this session}, as dcgm-exporter's DCGM_FI_DEV_XID_ERRORS."""
+        return {index: kept[-1][0] for index, kept in list(self._xids.items()) if kept and index is not None}
+
+    def _xid_reasons(self, index):
+        """Health reasons for the XIDs kept for card ``index``; drops those older than xid_hold_s."""
+        from ansible_collections.scv.gpu.plugins.module_utils._xid import reason_for
+
+        kept = self._xids.get(index)
+        if not kept:
+            return []
+        if self.xid_hold_s:
+            kept[:] = [entry for entry in kept if self.clock() - entry[2] < self.xid_hold_s]
+        reasons = []
+        for xid, at, _seen in kept:
+            reason = reason_for(xid, at, self.xid_actions)
+            if reason and reason not in reasons:
+                reasons.append(reason)
+        return reasons
 
     # ------------------------------------------------------------ internal
 
@@ -640,6 +747,10 @@ class Session:
         self.close()
 
     def _start(self):
+        with self._nvml_lock:
+            return self._start_locked()
+
+    def _start_locked(self):
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as error:
@@ -682,7 +793,12 @@ class Session:
         cards, lost = [], []
         for index in range(count):
             static = self._static_for(index, subsets)
-            cards.append(_read_card(index, subsets, self._handles[index], static, lost))
+            card = _read_card(index, subsets, self._handles[index], static, lost)
+            xid_reasons = self._xid_reasons(index)
+            if xid_reasons:
+                card["healthReasons"] = card["healthReasons"] + xid_reasons
+                card["health"] = UNHEALTHY
+            cards.append(card)
         self._note_lost(lost)
         facts["cardList"] = cards
         facts.update(node_totals(cards))

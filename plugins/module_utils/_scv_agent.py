@@ -27,21 +27,30 @@ import threading
 import time
 
 from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+from ansible_collections.scv.gpu.plugins.module_utils._node_condition import (
+    condition_patch,
+    current_condition,
+    gpu_condition,
+    transition_event,
+)
 from ansible_collections.scv.gpu.plugins.module_utils._nvml import Session
 from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish
 from ansible_collections.scv.gpu.plugins.module_utils._scv_status import desired_status, needs_update, now_rfc3339
+from ansible_collections.scv.gpu.plugins.module_utils._xid import parse_actions
 
 LOG = logging.getLogger("scv-gpu-agent")
 DEFAULT_INTERVAL_MS = 1000
 MIN_INTERVAL_MS = 100
 MAX_BACKOFF_S = 30.0
+CONDITION_HEARTBEAT_S = 300.0
+COMPONENT = "scv-gpu-agent"
 
 
 class Agent:
     """One node's publishing loop. ``client`` is a RestScvClient (or anything with its methods)."""
 
     def __init__(self, client, node, default_interval_ms=DEFAULT_INTERVAL_MS, watch_timeout=300, metrics=False,
-                 session=None):
+                 session=None, node_condition=True):
         self.client = client
         self.node = node
         self.default_interval_ms = default_interval_ms
@@ -49,11 +58,18 @@ class Agent:
         self.metrics = metrics
         self.session = session if session is not None else Session()
         self.nvml_seconds = 0.0
+        self.node_condition = node_condition
+        self.condition = None          # (status, reason, message) as last written or read from the Node
+        self.condition_since = None    # its lastTransitionTime
+        self.condition_written_at = None
+        self.node_missing_since = None   # when the Node was last found missing
         self.scv = None               # the object as last written or watched
         self.recreate = False         # the watch saw it deleted
         self.facts = None
         self.failures = 0
-        self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0}
+        self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0, "condition_writes": 0, "events": 0,
+                         "xid_events": 0}
+        self._xid_waiter = None
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -71,10 +87,14 @@ class Agent:
 
     def run(self):
         LOG.info("publishing Scv %s to %s", self.node, self.client.server)
+        self._xid_waiter = threading.Thread(target=self._wait_for_xids, name="nvml-events", daemon=True)
+        self._xid_waiter.start()
         while not self.stopping.is_set():
             self.wake.clear()
             delay = self.tick()
             self.wake.wait(delay)
+        if self._xid_waiter is not None:
+            self._xid_waiter.join(timeout=2)
         self.session.close()
         LOG.info("stopped")
 
@@ -101,6 +121,8 @@ class Agent:
         if self.session.inits > inits > 0:
             LOG.warning("NVML initialised anew: %s", self.session.last_reinit_reason)
         self.facts = facts
+        if self.node_condition:
+            self._update_condition(facts)
         try:
             self._publish(facts)
         except ScvApiError as error:
@@ -150,6 +172,66 @@ class Agent:
             self.scv = written
         self.counters["writes"] += 1
         LOG.info("wrote the status of Scv %s", self.node)
+
+    def _wait_for_xids(self):
+        """Blocks on NVML's events; an XID wakes the loop at once, so it reaches the Scv and the Node within a tick."""
+        while not self.stopping.is_set():
+            try:
+                event = self.session.wait_event(100)
+            except Exception as error:  # pylint: disable=broad-exception-caught
+                LOG.warning("waiting for NVML events failed: %s", error)
+                self.stopping.wait(1)
+                continue
+            if event is not None:
+                index, xid = event
+                self.counters["xid_events"] += 1
+                LOG.warning("XID %d on GPU %s", xid, index)
+                self.wake.set()
+
+    # ------------------------------------------------------- node condition
+
+    def _update_condition(self, facts):
+        """Sets GPUHealthy on the node's own Node when it changed (or every CONDITION_HEARTBEAT_S); an Event on
+        each change of status or reason. API errors are logged and tried again at the next tick."""
+        wanted = gpu_condition(facts)
+        now_s = time.monotonic()
+        try:
+            if self.condition is None:
+                if self.node_missing_since is not None and now_s - self.node_missing_since < CONDITION_HEARTBEAT_S:
+                    return   # no Node yet: look again later, not at every tick
+                node = self.client.get_node(self.node)
+                if node is None:
+                    if self.node_missing_since is None:
+                        LOG.warning("there is no Node %s: the GPUHealthy condition is not set; looking again every "
+                                    "%d s", self.node, CONDITION_HEARTBEAT_S)
+                    self.node_missing_since = now_s
+                    return
+                self.node_missing_since = None
+                existing = current_condition(node)
+                if existing:
+                    self.condition = (existing.get("status"), existing.get("reason"), existing.get("message"))
+                    self.condition_since = existing.get("lastTransitionTime")
+                else:
+                    self.condition = (None, None, None)
+            heartbeat_due = (self.condition_written_at is None
+                             or now_s - self.condition_written_at >= CONDITION_HEARTBEAT_S)
+            if wanted == self.condition and not heartbeat_due:
+                return
+            now = now_rfc3339()
+            transition = wanted[:2] != self.condition[:2]
+            since = now if wanted[0] != self.condition[0] or not self.condition_since else self.condition_since
+            node = self.client.patch_node_status(self.node, condition_patch(*wanted, now=now, transition_time=since))
+            self.counters["condition_writes"] += 1
+            previous, self.condition, self.condition_since = self.condition, wanted, since
+            self.condition_written_at = now_s
+            if transition:
+                LOG.info("Node %s: GPUHealthy is %s (%s): %s", self.node, *wanted)
+                if previous[0] is not None or wanted[0] != "True":
+                    self.client.create_event(transition_event(node, *wanted, now=now, component=COMPONENT))
+                    self.counters["events"] += 1
+        except ScvApiError as error:
+            self.counters["errors"] += 1
+            LOG.warning("%s", error)
 
     # ----------------------------------------------------------------- watch
 
@@ -210,47 +292,31 @@ class Agent:
 
     # --------------------------------------------------------------- metrics
 
+    def counter_values(self):
+        """(name without _total, help, value) of the agent's own counters."""
+        values = [("scv_agent_%s" % name, text, self.counters[name]) for name, text in (
+            ("ticks", "NVML reads."), ("writes", "Status writes."), ("creates", "Scv creations."),
+            ("errors", "Failed reads or API calls."),
+            ("condition_writes", "Writes of the GPUHealthy Node condition."),
+            ("events", "Events emitted on GPUHealthy transitions."),
+            ("xid_events", "XID critical errors NVML reported."))]
+        values += [
+            ("scv_agent_api_requests", "API requests made.", self.client.requests),
+            ("scv_agent_credential_reloads", "Times changed credentials were read from disk.",
+             getattr(self.client, "reloads", 0)),
+            ("scv_agent_nvml_inits", "Times NVML was initialised (once, then after errors that call for it).",
+             self.session.inits),
+            ("scv_agent_nvml_static_reads", "Times every card's static readings were read.",
+             self.session.static_reads),
+            ("scv_agent_nvml_seconds", "Seconds spent reading NVML.", self.nvml_seconds),
+        ]
+        return values
+
     def metrics_text(self):
-        """Prometheus text: per-GPU gauges and the agent's own counters."""
-        lines = []
-        gauges = (
-            ("scv_gpu_memory_total_mib", "totalMemory", "Total GPU memory in MiB."),
-            ("scv_gpu_memory_free_mib", "freeMemory", "Free GPU memory in MiB."),
-            ("scv_gpu_utilization_percent", "gpuUtilization", "GPU utilization in percent."),
-            ("scv_gpu_power_draw_watts", "powerDraw", "Power draw in watts."),
-            ("scv_gpu_temperature_celsius", "temperature", "GPU temperature in degrees Celsius."),
-        )
-        cards = (self.facts or {}).get("cardList") or []
-        for metric, field, text in gauges:
-            lines += ["# HELP %s %s" % (metric, text), "# TYPE %s gauge" % metric]
-            for card in cards:
-                if card.get(field) is not None:
-                    lines.append('%s{node="%s",gpu="%s",uuid="%s"} %s' % (
-                        metric, self.node, card["id"], card.get("uuid", ""), card[field]))
-        lines += ["# HELP scv_gpu_healthy 1 when the card is Healthy.", "# TYPE scv_gpu_healthy gauge"]
-        for card in cards:
-            lines.append('scv_gpu_healthy{node="%s",gpu="%s",uuid="%s"} %d' % (
-                self.node, card["id"], card.get("uuid", ""), card.get("health") == "Healthy"))
-        for name, text in (("ticks", "NVML reads."), ("writes", "Status writes."), ("creates", "Scv creations."),
-                           ("errors", "Failed reads or API calls.")):
-            lines += ["# HELP scv_agent_%s_total %s" % (name, text), "# TYPE scv_agent_%s_total counter" % name,
-                      "scv_agent_%s_total %d" % (name, self.counters[name])]
-        lines += ["# HELP scv_agent_api_requests_total API requests made.", "# TYPE scv_agent_api_requests_total counter",
-                  "scv_agent_api_requests_total %d" % self.client.requests,
-                  "# HELP scv_agent_credential_reloads_total Times changed credentials were read from disk.",
-                  "# TYPE scv_agent_credential_reloads_total counter",
-                  "scv_agent_credential_reloads_total %d" % getattr(self.client, "reloads", 0),
-                  "# HELP scv_agent_nvml_inits_total Times NVML was initialised (once, then after errors that "
-                  "call for it).",
-                  "# TYPE scv_agent_nvml_inits_total counter",
-                  "scv_agent_nvml_inits_total %d" % self.session.inits,
-                  "# HELP scv_agent_nvml_static_reads_total Times every card's static readings were read.",
-                  "# TYPE scv_agent_nvml_static_reads_total counter",
-                  "scv_agent_nvml_static_reads_total %d" % self.session.static_reads,
-                  "# HELP scv_agent_nvml_seconds_total Seconds spent reading NVML.",
-                  "# TYPE scv_agent_nvml_seconds_total counter",
-                  "scv_agent_nvml_seconds_total %.6f" % self.nvml_seconds]
-        return "\n".join(lines) + "\n"
+        """Prometheus text: dcgm-exporter's series, the scv_gpu gauges and the agent's counters."""
+        from ansible_collections.scv.gpu.plugins.module_utils._gpu_metrics import exposition
+
+        return exposition(self).decode("utf-8")
 
 
 def _interval_of(scv):
@@ -282,7 +348,7 @@ def serve_metrics(agent, address):
                 return
             body = agent.metrics_text().encode()
             self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -310,17 +376,31 @@ def main(argv=None):
     parser.add_argument("--static-refresh", type=float, default=600.0,
                         help="seconds between reads of each card's static readings (identity, maximum clocks, "
                              "power limit, PCIe, ECC and MIG mode); NVML errors that call for it read them at once")
+    parser.add_argument("--no-node-condition", dest="node_condition", action="store_false",
+                        help="do not set the GPUHealthy condition on the node's Node, nor emit Events")
+    parser.add_argument("--xid-action", action="append", default=[], metavar="XID=ACTION",
+                        help="what an XID calls for: none (the card stays Healthy), reset or reboot (the card is "
+                             "Unhealthy); overrides the built-in table; repeat for several")
+    parser.add_argument("--xid-hold", type=float, default=600.0,
+                        help="seconds an XID that calls for a reset or reboot keeps its card Unhealthy (0: until NVML "
+                             "is initialised again)")
     parser.add_argument("--metrics-address", default="", help="host:port for Prometheus metrics (off when empty)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        xid_actions = parse_actions(args.xid_action)
+    except ValueError as error:
+        parser.error(str(error))
     try:
         client = RestScvClient.from_file(args.kubeconfig, timeout=args.request_timeout)
     except ScvApiError as error:
         LOG.error("%s", error)
         return 2
     agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address),
-                  session=Session(static_refresh_s=args.static_refresh))
+                  session=Session(static_refresh_s=args.static_refresh, xid_actions=xid_actions,
+                                  xid_hold_s=args.xid_hold),
+                  node_condition=args.node_condition)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     if args.metrics_address:

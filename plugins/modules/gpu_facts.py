@@ -295,6 +295,16 @@ ansible_facts:
               returned: with the telemetry subset
               type: int
               sample: 15
+            smClock:
+              description: Current SM clock, MHz.
+              returned: with the telemetry subset, where the driver reports it
+              type: int
+              sample: 1980
+            memClock:
+              description: Current memory clock, MHz.
+              returned: with the telemetry subset, where the driver reports it
+              type: int
+              sample: 2619
             migEnabled:
               description: Whether MIG mode is on.
               returned: with the mig subset, on MIG-capable cards

@@ -1,4 +1,4 @@
-"""The agent's zipapp runs with nothing but the standard library, nvidia-ml-py and PyYAML."""
+"""The agent's zipapp runs with nothing but the standard library and the role's packages (nvidia-ml-py, PyYAML, prometheus_client)."""
 
 from __future__ import annotations
 
@@ -39,13 +39,15 @@ def test_every_module_in_the_archive_imports_with_only_the_roles_packages(agent_
     assert ours == {name[:-3].replace("/", ".").removesuffix(".__init__")
                     for name in zipfile.ZipFile(archive).namelist() if name.endswith(".py") and name != "__main__.py"}
     others = {name.split(".")[0] for name in set(outside) - ours}
-    assert others <= {"pynvml", "yaml", "_yaml"}, others
+    assert others <= {"pynvml", "yaml", "_yaml", "prometheus_client"}, others
 
     installed = subprocess.run([str(pathlib.Path(python).parent / "pip"), "list", "--format=json"],
                                capture_output=True, text=True, check=True).stdout
-    wanted = {line.split("==")[0].lower() for line in
+    def normal(name):
+        return name.lower().replace("_", "-")
+    wanted = {normal(line.split("==")[0]) for line in
               yaml.safe_load((AGENT_ROLE / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]}
-    assert {package["name"].lower() for package in json.loads(installed)} - {"pip", "setuptools"} == wanted
+    assert {normal(package["name"]) for package in json.loads(installed)} - {"pip", "setuptools"} == wanted
 
 
 def test_the_archive_runs_as_the_service_does(agent_command):

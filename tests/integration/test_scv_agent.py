@@ -43,11 +43,20 @@ class AgentProcess:
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def metrics(self):
+    def metrics_text(self):
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=5) as response:
-            text = response.read().decode()
-        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-                if line and not line.startswith("#")}
+            return response.read().decode()
+
+    def metrics(self):
+        """{'name{label="value",...}': value}, labels sorted by name, parsed by Prometheus's own text parser."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        samples = {}
+        for family in text_string_to_metric_families(self.metrics_text()):
+            for sample in family.samples:
+                labels = ",".join('%s="%s"' % item for item in sorted(sample.labels.items()))
+                samples[sample.name + ("{%s}" % labels if labels else "")] = sample.value
+        return samples
 
     def scv(self):
         done = self.plane.kubectl("get", "scv", self.node, "-o", "json", check=False)
@@ -212,6 +221,173 @@ def test_a_transient_uninitialized_answer_is_retried_in_a_new_session_not_publis
     assert agent.scv()["status"]["cardList"][0]["health"] == "Healthy"
 
 
+def gpu_condition_of(plane, node):
+    status = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["status"]
+    return next((c for c in status.get("conditions", []) if c["type"] == "GPUHealthy"), None)
+
+
+def node_events(plane, node):
+    events = json.loads(plane.kubectl("get", "events", "-n", "default", "-o", "json",
+                                      "--field-selector", "involvedObject.name=%s" % node).stdout)["items"]
+    return [(event["type"], event["reason"]) for event in sorted(events, key=lambda e: e["metadata"]["creationTimestamp"])]
+
+
+@pytest.fixture
+def agent_on_node(access, agent_command, tmp_path, request):
+    """An agent whose Node exists (created as the kubelet would have), on 8 simulated H100s.
+
+    Tests marked ``agent_args`` add their own arguments.
+    """
+    plane = access
+    node = node_for(request)
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("delete", "events", "-n", "default", "--field-selector", "involvedObject.name=%s" % node)
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    extra = getattr(request, "param", ())
+    started = AgentProcess(agent_command, plane, node, tmp_path, scenario="h100_sxm_x8", extra=extra)
+    yield started
+    started.stop()
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+
+
+def test_an_unhealthy_gpu_sets_the_node_condition_and_recovery_clears_it(agent_on_node):
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    healthy = gpu_condition_of(plane, agent.node)
+    assert (healthy["reason"], healthy["message"]) == ("GPUsHealthy", "all 8 GPUs are healthy")
+    assert node_events(plane, agent.node) == []          # starting healthy is no transition
+
+    change_scenario(agent, lambda scenario: scenario["devices"][3].update(errors={"*": "GPU_IS_LOST"}))
+    took = agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "False", 5)
+    assert took < 1.0 + 0.5, took
+    lost = gpu_condition_of(plane, agent.node)
+    assert lost["reason"] == "GPUUnhealthy"
+    assert lost["message"].startswith("1 of 8 GPUs unhealthy. GPU 3") and "GPU is lost" in lost["message"]
+    assert lost["lastTransitionTime"] >= healthy["lastTransitionTime"]
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy")], 5)
+
+    change_scenario(agent, lambda scenario: scenario["devices"][3].pop("errors"))
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 5)
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy"), ("Normal", "GPUsHealthy")], 5)
+    metrics = agent.metrics()
+    assert metrics["scv_agent_events_total"] == 2
+    # healthy, lost (the message may change once: the first read still knew the card's UUID), healthy
+    assert 3 <= metrics["scv_agent_condition_writes_total"] <= 4
+
+
+@pytest.mark.parametrize("agent_on_node", [("--default-interval", "5000", "--xid-hold", "3")], indirect=True)
+def test_an_xid_reaches_the_scv_and_the_node_within_a_second_not_an_interval(agent_on_node):
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    agent.wait_for(lambda: agent.scv()["spec"]["updateInterval"] == 5000, 5)
+    time.sleep(0.5)
+    change_scenario(agent, lambda scenario: scenario["devices"][5].update(xids=[{"xid": 79, "afterMs": 0}]))
+    took = agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "False", 5)
+    assert took < 1.0, took            # the tick is 5 s: only the event can have brought it
+    message = gpu_condition_of(plane, agent.node)["message"]
+    assert "GPU 5 (GPU-5a7c0005-1f2e-4d3c-8b4a-9e8d7c6b5a45)" in message
+    assert "XID 79 at " in message and "GPU has fallen off the bus; reboot the node" in message
+    status = agent.scv()["status"]
+    assert [card["id"] for card in status["unhealthyCardList"]] == [5] and status["cardNumber"] == 7
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy")], 5)
+    assert agent.metrics()["scv_agent_xid_events_total"] == 1
+    # --xid-hold 3: the card counts as healthy again 3 s after the XID, at the next tick (5 s)
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 12)
+    assert agent.scv()["status"]["cardNumber"] == 8
+
+
+@pytest.mark.parametrize("agent_on_node", [("--xid-action", "79=none")], indirect=True)
+def test_an_xid_whose_action_is_none_leaves_the_card_healthy(agent_on_node):
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    change_scenario(agent, lambda scenario: scenario["devices"][5].update(xids=[{"xid": 79, "afterMs": 0}]))
+    agent.wait_for(lambda: agent.metrics()["scv_agent_xid_events_total"] == 1, 5)
+    time.sleep(1.5)
+    assert gpu_condition_of(plane, agent.node)["status"] == "True"
+    assert agent.scv()["status"]["cardNumber"] == 8
+
+
+DASHBOARD_QUERIES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "dcgm-exporter-dashboard-queries.txt"
+# What NVML cannot give: the tensor pipe's activity comes from DCGM's profiling module (or NVML's GPM
+# metrics on Hopper and later, which the agent does not read yet).
+NOT_SERVED = {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
+
+
+def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
+    import re
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    agent = agent_on_node
+    change_scenario(agent, lambda scenario: [device.update(clocks={"sm": 1980, "memory": 2619})
+                                             for device in scenario["devices"]])
+    agent.wait_for(lambda: agent.metrics().get(
+        'DCGM_FI_DEV_SM_CLOCK{Hostname="%s",UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",device="nvidia0",'
+        'gpu="0",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"}' % agent.node) == 1980, 10)
+    families = {family.name: family for family in text_string_to_metric_families(agent.metrics_text())}
+    queried = set()
+    for line in DASHBOARD_QUERIES.read_text().splitlines():
+        if line and not line.startswith("#"):
+            queried |= set(re.findall(r"\bDCGM_[A-Z0-9_]+", line))
+    assert queried, "no query read from %s" % DASHBOARD_QUERIES
+    for metric in sorted(queried - NOT_SERVED):
+        samples = families[metric].samples
+        assert len(samples) == 8, metric                      # one series per GPU
+        assert {sample.labels["gpu"] for sample in samples} == {str(index) for index in range(8)}
+        assert all(sample.labels["modelName"] == "NVIDIA H100 80GB HBM3" and sample.labels["Hostname"] == agent.node
+                   for sample in samples)
+    assert NOT_SERVED <= queried and not NOT_SERVED & set(families)
+    temperature = {sample.labels["gpu"]: sample.value for sample in families["DCGM_FI_DEV_GPU_TEMP"].samples}
+    assert temperature["0"] == 30                            # h100_sxm_x8's first card
+
+
+def test_a_node_cannot_set_another_nodes_condition(access, tmp_path):
+    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+    from ansible_collections.scv.gpu.plugins.module_utils._node_condition import condition_patch
+
+    plane = access
+    for name in ("condition-own", "condition-victim"):
+        plane.kubectl("delete", "node", name, "--ignore-not-found")
+        plane.kubectl("create", "-f", "-", input_text=json.dumps(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+    try:
+        client = RestScvClient.from_file(str(plane.node_kubeconfig("condition-own")))
+        patch = condition_patch("False", "GPUUnhealthy", "test", "2026-11-22T00:00:00Z", "2026-11-22T00:00:00Z")
+        client.patch_node_status("condition-own", patch)
+        assert gpu_condition_of(plane, "condition-own")["status"] == "False"
+        with pytest.raises(ScvApiError) as denied:
+            client.patch_node_status("condition-victim", patch)
+        assert denied.value.status == 403
+        assert gpu_condition_of(plane, "condition-victim") is None
+    finally:
+        for name in ("condition-own", "condition-victim"):
+            plane.kubectl("delete", "node", name, "--ignore-not-found")
+
+
+def test_what_a_node_identity_may_do_to_its_own_taints(access):
+    """NodeRestriction lets a kubelet write its Node's status, not its taints: a taint needs another identity."""
+    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+
+    plane = access
+    plane.kubectl("delete", "node", "taint-own", "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "taint-own"}}))
+    try:
+        client = RestScvClient.from_file(str(plane.node_kubeconfig("taint-own")))
+        taint = {"spec": {"taints": [{"key": "scv.gpu/unhealthy", "effect": "NoSchedule"}]}}
+        with pytest.raises(ScvApiError) as denied:
+            client.patch_node("taint-own", taint)
+        assert denied.value.status == 403
+        assert "is not allowed to modify taints" in str(denied.value)
+        plane.kubectl("taint", "node", "taint-own", "scv.gpu/unhealthy=:NoSchedule")   # the admin may
+        node = json.loads(plane.kubectl("get", "node", "taint-own", "-o", "json").stdout)
+        assert node["spec"]["taints"][0]["key"] == "scv.gpu/unhealthy"
+    finally:
+        plane.kubectl("delete", "node", "taint-own", "--ignore-not-found")
+
+
 def test_sigterm_exits_cleanly(agent):
     agent.wait_for(lambda: agent.scv() is not None, 20)
     assert agent.stop() == 0
@@ -219,7 +395,7 @@ def test_sigterm_exits_cleanly(agent):
 
 
 def test_metrics_carry_per_gpu_gauges(agent):
-    labels = '{node="%s",gpu="0",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node
+    labels = '{gpu="0",node="%s",uuid="GPU-8d3c1f0a-6b2e-4a1d-9c7e-2f4b6a8d0c1e"}' % agent.node
     agent.wait_for(lambda: agent.metrics().get("scv_gpu_memory_total_mib" + labels) == 12194, 20)
     metrics = agent.metrics()
     assert metrics["scv_gpu_temperature_celsius" + labels] == 38

@@ -293,6 +293,8 @@ static struct timespec sim_loaded_mtime;
 static off_t sim_loaded_size;
 static ino_t sim_loaded_ino;
 static unsigned long long sim_calls;
+static unsigned long long sim_generation;      /* counts scenario loads */
+static struct timespec sim_loaded_at;          /* when the scenario was last loaded */
 
 /* Stable addresses that serve as handles: they never dangle across reloads. */
 static char sim_gpu_handles[SIM_MAX_GPUS];
@@ -432,6 +434,8 @@ static nvmlReturn_t sim_load(void)
     sim_loaded_mtime = st.st_mtim;
     sim_loaded_size = st.st_size;
     sim_loaded_ino = st.st_ino;
+    sim_generation++;
+    clock_gettime(CLOCK_MONOTONIC, &sim_loaded_at);
     return NVML_SUCCESS;
 }
 
@@ -980,6 +984,23 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClock
     SIM_RETURN(NVML_SUCCESS);
 }
 
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    static const char *keys[] = {
+        [NVML_CLOCK_GRAPHICS] = "graphics", [NVML_CLOCK_SM] = "sm",
+        [NVML_CLOCK_MEM] = "memory", [NVML_CLOCK_VIDEO] = "video",
+    };
+    long long value;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!clock || (unsigned int)type >= sizeof(keys) / sizeof(keys[0]))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (dev.mig || !sim_number(j_get(dev.gpu, "clocks"), keys[type], &value))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *clock = (unsigned int)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
 /* Device queries that answer one scalar from a number in the scenario, converted by `convert`. */
 #define SIM_SCALAR_QUERY(function, type, key, convert)                        \
     SIM_EXPORT nvmlReturn_t function(nvmlDevice_t device, type *out)          \
@@ -1257,6 +1278,147 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev
     }
     *infoCount = n;
     SIM_RETURN(NVML_SUCCESS);
+}
+
+/* ---------------------------------------------------------------- events */
+
+/*
+ * A device's "xids": [{"xid": 79, "afterMs": 0}, ...] are XID critical error events, due
+ * `afterMs` after the scenario was loaded. Each is delivered once to every event set that
+ * registered the device for nvmlEventTypeXidCriticalError; reloading the file (a changed
+ * scenario) makes them due again, relative to the new load.
+ */
+#define SIM_MAX_XIDS 16
+
+struct nvmlEventSet_st {
+    unsigned long long masks[SIM_MAX_GPUS];
+    unsigned long long generation;
+    unsigned char delivered[SIM_MAX_GPUS][SIM_MAX_XIDS];
+};
+
+static unsigned long long sim_supported_events(const jval *gpu)
+{
+    unsigned long long types = nvmlEventTypeXidCriticalError;
+    long long enabled = 0;
+    if (sim_number(j_get(gpu, "ecc"), "enabled", &enabled) && enabled)
+        types |= nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError;
+    return types;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    SIM_SYSTEM_CALL();
+    if (!set)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *set = calloc(1, sizeof(**set));
+    SIM_RETURN(*set ? NVML_SUCCESS : NVML_ERROR_MEMORY);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_call(__func__);
+    free(set);
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!eventTypes || dev.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *eventTypes = sim_supported_events(dev.gpu);
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
+{
+    unsigned long long types;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!set || dev.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    types = eventTypes & sim_supported_events(dev.gpu);
+    if (!types)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    set->masks[dev.index] |= types;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* The first due, undelivered XID for `set`, marked delivered; 0 when none, with *pause_ms lowered to
+ * the wait until the next one is due. */
+static int sim_next_xid(nvmlEventSet_t set, nvmlEventData_t *data, long long *pause_ms)
+{
+    struct timespec now;
+    long long elapsed_ms;
+
+    if (set->generation != sim_generation) {
+        memset(set->delivered, 0, sizeof(set->delivered));
+        set->generation = sim_generation;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    elapsed_ms = (now.tv_sec - sim_loaded_at.tv_sec) * 1000LL + (now.tv_nsec - sim_loaded_at.tv_nsec) / 1000000LL;
+    for (unsigned int index = 0; index < sim_device_count; index++) {
+        const jval *xids = j_get(sim_devices[index], "xids");
+        unsigned int i = 0;
+        if (!(set->masks[index] & nvmlEventTypeXidCriticalError))
+            continue;
+        for (const jval *x = xids && xids->type == J_ARR ? xids->child : NULL; x && i < SIM_MAX_XIDS;
+             x = x->next, i++) {
+            long long xid, after = 0;
+            if (set->delivered[index][i] || !sim_number(x, "xid", &xid))
+                continue;
+            sim_number(x, "afterMs", &after);
+            if (after > elapsed_ms) {
+                if (after - elapsed_ms < *pause_ms)
+                    *pause_ms = after - elapsed_ms;
+                continue;
+            }
+            set->delivered[index][i] = 1;
+            memset(data, 0, sizeof(*data));
+            data->device = (nvmlDevice_t)&sim_gpu_handles[index];
+            data->eventType = nvmlEventTypeXidCriticalError;
+            data->eventData = (unsigned long long)xid;
+            data->gpuInstanceId = 0xFFFFFFFFu;
+            data->computeInstanceId = 0xFFFFFFFFu;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    struct timespec start, now;
+
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (unsigned int round = 0;; round++) {
+        long long waited_ms, pause_ms = 100;
+        struct timespec pause;
+
+        pthread_mutex_lock(&sim_lock);
+        if (round == 0)
+            sim_call(__func__);
+        if (!sim_init_refcount)
+            SIM_RETURN(NVML_ERROR_UNINITIALIZED);
+        if (!set || !data)
+            SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        sim_refresh();   /* a changed scenario (new XIDs) is seen within 100 ms */
+        if (sim_next_xid(set, data, &pause_ms))
+            SIM_RETURN(NVML_SUCCESS);
+        pthread_mutex_unlock(&sim_lock);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        waited_ms = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000LL;
+        if (waited_ms >= (long long)timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        /* A waiting caller sleeps, as it does in the driver: until the next XID is due, the next look
+         * at the scenario file, or the timeout. */
+        if (pause_ms > (long long)timeoutms - waited_ms)
+            pause_ms = (long long)timeoutms - waited_ms;
+        pause.tv_sec = pause_ms / 1000;
+        pause.tv_nsec = (pause_ms % 1000) * 1000000L + 1000000L;
+        nanosleep(&pause, NULL);
+    }
 }
 
 /* ------------------------------------------------------ simulator only */

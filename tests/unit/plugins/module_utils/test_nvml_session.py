@@ -280,3 +280,30 @@ def test_a_session_reports_every_health_reason_at_every_read(nvml_simulator, ses
         facts = session.read(ALL)
         assert [card["healthReasons"] for card in facts["cardList"]] == expected.HEALTH_REASONS
         assert facts == once
+
+
+def test_an_xid_event_wakes_the_waiter_and_makes_its_card_unhealthy(scenario_file, session):
+    path, data = scenario_file("h100_sxm_x8")
+    session.read([])
+    assert session.wait_event(200) is None                 # nothing happened: the wait times out
+    data["devices"][4]["xids"] = [{"xid": 48, "afterMs": 0}, {"xid": 94, "afterMs": 0}]
+    write(path, data)
+    assert session.wait_event(2000) == (4, 48)
+    assert session.wait_event(2000) == (4, 94)
+    card = session.read([])["cardList"][4]
+    assert card["health"] == "Unhealthy"
+    assert len(card["healthReasons"]) == 1 and card["healthReasons"][0].startswith("XID 48 at ")   # 94: none
+    session.clock_control.now += 600                       # the default hold
+    assert session.read([])["cardList"][4]["health"] == "Healthy"
+
+
+def test_an_xid_from_a_card_that_no_longer_answers_is_still_placed(scenario_file, session):
+    path, data = scenario_file("h100_sxm_x8")
+    session.read([])
+    assert session.wait_event(100) is None                 # the event set is registered now
+    data["devices"][3]["xids"] = [{"xid": 79, "afterMs": 0}]
+    data["devices"][3]["errors"] = {"*": "GPU_IS_LOST"}
+    write(path, data)
+    assert session.wait_event(2000) == (3, 79)
+    card = session.read([])["cardList"][3]
+    assert card["healthReasons"][0] == expected.LOST and card["healthReasons"][1].startswith("XID 79 at ")

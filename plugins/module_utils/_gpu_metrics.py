@@ -1,0 +1,116 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The agent's Prometheus metrics, with dcgm-exporter's names and labels (private to the collection).
+
+Dashboards built for NVIDIA's dcgm-exporter query ``DCGM_FI_DEV_*`` series with the labels
+``gpu``, ``UUID``, ``device``, ``modelName`` and ``Hostname``. The agent serves the same series
+from NVML, so those dashboards work on nodes without DCGM. Beside them it serves its own
+``scv_gpu_*`` gauges and ``scv_agent_*`` counters. The exposition is prometheus_client's.
+"""
+
+from __future__ import annotations
+
+# (metric, card field, help): gauges as dcgm-exporter names them, from gpu_facts's card fields.
+DCGM_CARD_GAUGES = (
+    ("DCGM_FI_DEV_GPU_UTIL", ("gpuUtilization",), "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", ("memoryUtilization",), "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_FREE", ("freeMemory",), "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", ("usedMemory",), "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_GPU_TEMP", ("temperature",), "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", ("powerDraw",), "Power draw (in W)."),
+    ("DCGM_FI_DEV_SM_CLOCK", ("smClock",), "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", ("memClock",), "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ("eccErrors", "correctedVolatile"),
+     "Total number of single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ("eccErrors", "uncorrectedVolatile"),
+     "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", ("eccErrors", "correctedAggregate"),
+     "Total number of single-bit persistent ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", ("eccErrors", "uncorrectedAggregate"),
+     "Total number of double-bit persistent ECC errors."),
+    ("DCGM_FI_DEV_RETIRED_PENDING", ("retiredPagesPending",), "Pages pending retirement (1 when any)."),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", ("remappedRows", "correctable"),
+     "Number of remapped rows for correctable errors."),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", ("remappedRows", "uncorrectable"),
+     "Number of remapped rows for uncorrectable errors."),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", ("remappedRows", "failed"), "Whether remapping of rows has failed."),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", ("remappedRows", "pending"), "Whether remapping of rows is pending."),
+)
+
+SCV_CARD_GAUGES = (
+    ("scv_gpu_memory_total_mib", "totalMemory", "Total GPU memory in MiB."),
+    ("scv_gpu_memory_free_mib", "freeMemory", "Free GPU memory in MiB."),
+    ("scv_gpu_utilization_percent", "gpuUtilization", "GPU utilization in percent."),
+    ("scv_gpu_power_draw_watts", "powerDraw", "Power draw in watts."),
+    ("scv_gpu_temperature_celsius", "temperature", "GPU temperature in degrees Celsius."),
+)
+
+DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+
+
+def _field(card, path):
+    value = card
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    if isinstance(value, bool):
+        return int(value)
+    return value if isinstance(value, (int, float)) else None
+
+
+def dcgm_labels(card, hostname):
+    index = str(card.get("id", ""))
+    return [index, card.get("uuid", ""), card.get("pciBusId", ""), "nvidia%s" % index, card.get("model", ""), hostname]
+
+
+class AgentCollector:
+    """A prometheus_client collector over an Agent's last facts, counters and XIDs."""
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        agent = self.agent
+        cards = (agent.facts or {}).get("cardList") or []
+        hostname = agent.node
+        for metric, path, text in DCGM_CARD_GAUGES:
+            family = GaugeMetricFamily(metric, text, labels=DCGM_LABELS)
+            for card in cards:
+                value = _field(card, path)
+                if value is not None:
+                    family.add_metric(dcgm_labels(card, hostname), value)
+            yield family
+        xids = GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
+                                 labels=DCGM_LABELS)
+        last = agent.session.last_xids() if hasattr(agent.session, "last_xids") else {}
+        for card in cards:
+            xids.add_metric(dcgm_labels(card, hostname), last.get(card.get("id"), 0))
+        yield xids
+
+        for metric, field, text in SCV_CARD_GAUGES:
+            family = GaugeMetricFamily(metric, text, labels=("node", "gpu", "uuid"))
+            for card in cards:
+                if card.get(field) is not None:
+                    family.add_metric([agent.node, str(card["id"]), card.get("uuid", "")], card[field])
+            yield family
+        healthy = GaugeMetricFamily("scv_gpu_healthy", "1 when the card is Healthy.", labels=("node", "gpu", "uuid"))
+        for card in cards:
+            healthy.add_metric([agent.node, str(card["id"]), card.get("uuid", "")], int(card.get("health") == "Healthy"))
+        yield healthy
+
+        for name, text, value in agent.counter_values():
+            yield CounterMetricFamily(name, text, value=value)
+
+
+def exposition(agent):
+    """The Prometheus text of an Agent's metrics."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(agent))
+    return generate_latest(registry)

@@ -1,0 +1,65 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What common NVIDIA XID errors mean and what they call for (private to the collection).
+
+The meanings follow NVIDIA's XID catalogue. An action says what a card needs after the XID:
+
+- ``reset``: reset the GPU (or reboot the node) before it is used again; the card is Unhealthy;
+- ``reboot``: reboot the node; the card is Unhealthy;
+- ``none``: the application's own fault or a warning to watch; the card stays Healthy.
+
+An XID not in the table counts as ``none``. Sites change actions per XID (``parse_actions``).
+"""
+
+from __future__ import annotations
+
+ACTIONS = ("none", "reset", "reboot")
+
+XID_TABLE = {
+    13: ("graphics engine exception (usually the application's fault)", "none"),
+    31: ("GPU memory page fault (usually the application's fault)", "none"),
+    43: ("GPU stopped processing (usually the application's fault)", "none"),
+    45: ("preemptive cleanup after an earlier error", "none"),
+    48: ("double-bit ECC error", "reset"),
+    61: ("internal micro-controller breakpoint or warning", "reset"),
+    62: ("internal micro-controller halt", "reset"),
+    63: ("ECC page retirement or row remapping recorded", "reset"),
+    64: ("ECC page retirement or row remapping failed", "reset"),
+    74: ("NVLink error", "reset"),
+    79: ("GPU has fallen off the bus", "reboot"),
+    92: ("high single-bit ECC error rate", "none"),
+    94: ("contained ECC error (the application was stopped)", "none"),
+    95: ("uncontained ECC error", "reset"),
+    119: ("GSP RPC timeout", "reset"),
+    120: ("GSP error", "reset"),
+}
+
+_ADVICE = {"reset": "reset the GPU or reboot the node", "reboot": "reboot the node"}
+
+
+def parse_actions(items):
+    """{xid: action} from ``["48=reset", "92=none", ...]``; raises ValueError naming a bad item."""
+    actions = {}
+    for item in items or ():
+        xid, sep, action = str(item).partition("=")
+        if not sep or not xid.strip().isdigit() or action.strip() not in ACTIONS:
+            raise ValueError("bad XID action %r: write XID=ACTION, ACTION one of %s" % (item, ", ".join(ACTIONS)))
+        actions[int(xid)] = action.strip()
+    return actions
+
+
+def action_for(xid, overrides=None):
+    if overrides and xid in overrides:
+        return overrides[xid]
+    return XID_TABLE.get(xid, ("", "none"))[1]
+
+
+def reason_for(xid, at, overrides=None):
+    """The health reason for a critical XID seen at ``at`` (RFC 3339), or None when it calls for nothing."""
+    action = action_for(xid, overrides)
+    if action == "none":
+        return None
+    meaning = XID_TABLE.get(xid, ("an XID error",))[0]
+    return "XID %d at %s: %s; %s" % (xid, at, meaning, _ADVICE[action])

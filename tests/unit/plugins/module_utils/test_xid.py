@@ -1,0 +1,38 @@
+"""The XID table: what an XID calls for, and the site's own choices."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils._xid import XID_TABLE, action_for, parse_actions, reason_for
+
+
+@pytest.mark.parametrize("xid, action", [(48, "reset"), (63, "reset"), (64, "reset"), (74, "reset"), (79, "reboot"),
+                                         (92, "none"), (94, "none"), (95, "reset"), (13, "none"), (9999, "none")])
+def test_the_table(xid, action):
+    assert action_for(xid) == action
+
+
+def test_reasons_say_what_happened_and_what_to_do():
+    assert reason_for(79, "2026-11-22T10:00:00Z") == (
+        "XID 79 at 2026-11-22T10:00:00Z: GPU has fallen off the bus; reboot the node")
+    assert reason_for(48, "t") == "XID 48 at t: double-bit ECC error; reset the GPU or reboot the node"
+    assert reason_for(94, "t") is None
+    assert reason_for(5555, "t", {5555: "reset"}) == "XID 5555 at t: an XID error; reset the GPU or reboot the node"
+
+
+def test_site_choices_override_the_table():
+    actions = parse_actions(["79=none", " 31 = reset "])
+    assert actions == {79: "none", 31: "reset"}
+    assert reason_for(79, "t", actions) is None
+    assert action_for(31, actions) == "reset"
+
+
+@pytest.mark.parametrize("item", ["79", "x=reset", "79=drain", "=none"])
+def test_bad_choices_are_refused_by_name(item):
+    with pytest.raises(ValueError, match="bad XID action"):
+        parse_actions([item])
+
+
+def test_every_entry_is_well_formed():
+    assert all(action in ("none", "reset", "reboot") and text for text, action in XID_TABLE.values())
