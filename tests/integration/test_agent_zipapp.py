@@ -43,6 +43,7 @@ def test_every_module_in_the_archive_imports_with_only_the_roles_packages(agent_
 
     installed = subprocess.run([str(pathlib.Path(python).parent / "pip"), "list", "--format=json"],
                                capture_output=True, text=True, check=True).stdout
+
     def normal(name):
         return name.lower().replace("_", "-")
     wanted = {normal(line.split("==")[0]) for line in
