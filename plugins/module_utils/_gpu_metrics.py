@@ -22,6 +22,8 @@ DCGM_CARD_GAUGES = (
     ("DCGM_FI_DEV_POWER_USAGE", ("powerDraw",), "Power draw (in W)."),
     ("DCGM_FI_DEV_SM_CLOCK", ("smClock",), "SM clock frequency (in MHz)."),
     ("DCGM_FI_DEV_MEM_CLOCK", ("memClock",), "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", ("tensorUtilization",),
+     "Ratio of cycles the tensor (HMMA / IMMA) pipe is active (from NVML GPM, Hopper and later)."),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ("eccErrors", "correctedVolatile"),
      "Total number of single-bit volatile ECC errors."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ("eccErrors", "uncorrectedVolatile"),
@@ -51,6 +53,8 @@ DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 
 
 def _field(card, path):
+    if path == ("tensorUtilization",):
+        return card["tensorUtilization"] / 100.0 if isinstance(card.get("tensorUtilization"), (int, float)) else None
     value = card
     for key in path:
         if not isinstance(value, dict) or key not in value:

@@ -65,6 +65,7 @@ _MEMORY_ERROR_CORRECTED = 0
 _VOLATILE_ECC = 0
 _AGGREGATE_ECC = 1
 _FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+_GPM_ANY_TENSOR_UTIL = 5
 
 _HW_SLOWDOWN = 0x8
 _SW_THERMAL_SLOWDOWN = 0x20
@@ -600,6 +601,7 @@ class Session:
         self._event_set = None
         self._event_inits = None
         self._event_indexes = {}
+        self._gpm = {}                 # card index -> {"supported": bool, "previous": GPM sample}
         self.static_refresh_s = static_refresh_s
         self.max_lost_backoff_s = max_lost_backoff_s
         self.clock = clock or time.monotonic
@@ -643,6 +645,7 @@ class Session:
         """Shuts NVML down (the next read initialises it again)."""
         with self._nvml_lock:
             self._free_events()
+            self._free_gpm()
             if self._open:
                 self._open = False
                 try:
@@ -720,6 +723,55 @@ class Session:
         """The card an event came from, by its handle: a lost card no longer answers nvmlDeviceGetIndex."""
         return self._event_indexes.get(_handle_key(handle))
 
+    def _read_tensor_activity(self, index, handle, card):
+        """``tensorUtilization``: percent of time the SMs did tensor work since the last read (GPM, Hopper on).
+
+        GPM compares two samples, so the first read of a session gives nothing; a card without
+        GPM is asked once per session.
+        """
+        state = self._gpm.get(index)
+        if state is None:
+            try:
+                supported = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+            except pynvml.NVMLError:
+                supported = False
+            state = self._gpm[index] = {"supported": supported, "previous": None}
+        if not state["supported"]:
+            return
+        try:
+            sample = pynvml.nvmlGpmSampleAlloc()
+            pynvml.nvmlGpmSampleGet(handle, sample)
+        except pynvml.NVMLError:
+            return
+        previous, state["previous"] = state["previous"], sample
+        if previous is None:
+            return
+        try:
+            request = pynvml.c_nvmlGpmMetricsGet_t()
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = 1
+            request.sample1, request.sample2 = previous, sample
+            request.metrics[0].metricId = _GPM_ANY_TENSOR_UTIL
+            pynvml.nvmlGpmMetricsGet(request)
+            if request.metrics[0].nvmlReturn == 0:
+                card["tensorUtilization"] = round(request.metrics[0].value, 2)
+        except pynvml.NVMLError:
+            pass
+        finally:
+            try:
+                pynvml.nvmlGpmSampleFree(previous)
+            except pynvml.NVMLError:
+                pass
+
+    def _free_gpm(self):
+        for state in self._gpm.values():
+            if state.get("previous") is not None:
+                try:
+                    pynvml.nvmlGpmSampleFree(state["previous"])
+                except pynvml.NVMLError:
+                    pass
+        self._gpm = {}
+
     def last_xids(self):
         """{card index: the last XID seen in this session}, as dcgm-exporter's DCGM_FI_DEV_XID_ERRORS."""
         return {index: kept[-1][0] for index, kept in list(self._xids.items()) if kept and index is not None}
@@ -794,6 +846,8 @@ class Session:
         for index in range(count):
             static = self._static_for(index, subsets)
             card = _read_card(index, subsets, self._handles[index], static, lost)
+            if "telemetry" in subsets and self._handles[index] is not None:
+                self._read_tensor_activity(index, self._handles[index], card)
             xid_reasons = self._xid_reasons(index)
             if xid_reasons:
                 card["healthReasons"] = card["healthReasons"] + xid_reasons

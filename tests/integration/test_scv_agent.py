@@ -310,9 +310,6 @@ def test_an_xid_whose_action_is_none_leaves_the_card_healthy(agent_on_node):
 
 
 DASHBOARD_QUERIES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "dcgm-exporter-dashboard-queries.txt"
-# What NVML cannot give: the tensor pipe's activity comes from DCGM's profiling module (or NVML's GPM
-# metrics on Hopper and later, which the agent does not read yet).
-NOT_SERVED = {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
 
 
 def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
@@ -321,8 +318,13 @@ def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
     from prometheus_client.parser import text_string_to_metric_families
 
     agent = agent_on_node
-    change_scenario(agent, lambda scenario: [device.update(clocks={"sm": 1980, "memory": 2619})
+    # current clocks, and GPM (Hopper's performance counters) with the tensor pipe busy 42 % of the time
+    change_scenario(agent, lambda scenario: [device.update(clocks={"sm": 1980, "memory": 2619},
+                                                           gpm={"anyTensorUtil": 42})
                                              for device in scenario["devices"]])
+    agent.wait_for(lambda: agent.metrics().get(
+        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{Hostname="%s",UUID="GPU-5a7c0007-1f2e-4d3c-8b4a-9e8d7c6b5a47",device="nvidia7",'
+        'gpu="7",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:DB:00.0"}' % agent.node) == 0.42, 10)
     agent.wait_for(lambda: agent.metrics().get(
         'DCGM_FI_DEV_SM_CLOCK{Hostname="%s",UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",device="nvidia0",'
         'gpu="0",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"}' % agent.node) == 1980, 10)
@@ -332,13 +334,14 @@ def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
         if line and not line.startswith("#"):
             queried |= set(re.findall(r"\bDCGM_[A-Z0-9_]+", line))
     assert queried, "no query read from %s" % DASHBOARD_QUERIES
-    for metric in sorted(queried - NOT_SERVED):
+    for metric in sorted(queried):
         samples = families[metric].samples
         assert len(samples) == 8, metric                      # one series per GPU
         assert {sample.labels["gpu"] for sample in samples} == {str(index) for index in range(8)}
         assert all(sample.labels["modelName"] == "NVIDIA H100 80GB HBM3" and sample.labels["Hostname"] == agent.node
                    for sample in samples)
-    assert NOT_SERVED <= queried and not NOT_SERVED & set(families)
+    tensor = {sample.labels["gpu"]: sample.value for sample in families["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].samples}
+    assert tensor == {str(index): 0.42 for index in range(8)}   # dcgm-exporter's ratio, from GPM's percent
     temperature = {sample.labels["gpu"]: sample.value for sample in families["DCGM_FI_DEV_GPU_TEMP"].samples}
     assert temperature["0"] == 30                            # h100_sxm_x8's first card
 

@@ -1421,6 +1421,80 @@ SIM_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t 
     }
 }
 
+/* ------------------------------------------------------------------- GPM */
+
+/*
+ * GPU Performance Monitoring (Hopper and later): a device with "gpm": {"anyTensorUtil": 42} supports
+ * it and answers NVML_GPM_METRIC_ANY_TENSOR_UTIL with that percentage between any two samples.
+ */
+struct nvmlGpmSample_st {
+    unsigned int index;
+    int taken;
+};
+
+SIM_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!gpmSupport)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION)
+        SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    gpmSupport->isSupportedDevice = !dev.mig && j_get(dev.gpu, "gpm") != NULL;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
+{
+    if (!gpmSample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *gpmSample = calloc(1, sizeof(**gpmSample));
+    return *gpmSample ? NVML_SUCCESS : NVML_ERROR_MEMORY;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample)
+{
+    free(gpmSample);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!gpmSample)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (dev.mig || !j_get(dev.gpu, "gpm"))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    gpmSample->index = dev.index;
+    gpmSample->taken = 1;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
+{
+    const jval *gpm;
+
+    SIM_SYSTEM_CALL();
+    if (!metricsGet || !metricsGet->sample1 || !metricsGet->sample2 || metricsGet->numMetrics > NVML_GPM_METRIC_MAX)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION)
+        SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (!metricsGet->sample1->taken || !metricsGet->sample2->taken ||
+        metricsGet->sample1->index != metricsGet->sample2->index || metricsGet->sample1->index >= sim_device_count)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    gpm = j_get(sim_devices[metricsGet->sample1->index], "gpm");
+    for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
+        long long value;
+        nvmlGpmMetric_t *metric = &metricsGet->metrics[i];
+        if (metric->metricId == NVML_GPM_METRIC_ANY_TENSOR_UTIL && sim_number(gpm, "anyTensorUtil", &value)) {
+            metric->value = (double)value;
+            metric->nvmlReturn = NVML_SUCCESS;
+        } else {
+            metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    SIM_RETURN(NVML_SUCCESS);
+}
+
 /* ------------------------------------------------------ simulator only */
 
 SIM_EXPORT unsigned long long nvmlsimCallCount(void)

@@ -307,3 +307,15 @@ def test_an_xid_from_a_card_that_no_longer_answers_is_still_placed(scenario_file
     assert session.wait_event(2000) == (3, 79)
     card = session.read([])["cardList"][3]
     assert card["healthReasons"][0] == expected.LOST and card["healthReasons"][1].startswith("XID 79 at ")
+
+
+def test_tensor_activity_comes_from_gpm_between_two_reads(scenario_file, session):
+    path, data = scenario_file("h100_sxm_x8")
+    data["devices"][0]["gpm"] = {"anyTensorUtil": 37}
+    write(path, data)
+    first = session.read(["telemetry"])["cardList"]
+    assert "tensorUtilization" not in first[0]              # GPM compares two samples
+    cards = session.read(["telemetry"])["cardList"]
+    assert cards[0]["tensorUtilization"] == 37
+    assert "tensorUtilization" not in cards[1]              # no GPM on that card
+    assert "tensorUtilization" not in session.read([])["cardList"][0]   # telemetry only
