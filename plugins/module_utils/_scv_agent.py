@@ -43,6 +43,7 @@ DEFAULT_INTERVAL_MS = 1000
 MIN_INTERVAL_MS = 100
 MAX_BACKOFF_S = 30.0
 CONDITION_HEARTBEAT_S = 300.0
+TAINT_KEY = "scv.gpu/gpu-unhealthy"
 COMPONENT = "scv-gpu-agent"
 
 
@@ -50,7 +51,7 @@ class Agent:
     """One node's publishing loop. ``client`` is a RestScvClient (or anything with its methods)."""
 
     def __init__(self, client, node, default_interval_ms=DEFAULT_INTERVAL_MS, watch_timeout=300, metrics=False,
-                 session=None, node_condition=True):
+                 session=None, node_condition=True, taint_client=None):
         self.client = client
         self.node = node
         self.default_interval_ms = default_interval_ms
@@ -63,12 +64,14 @@ class Agent:
         self.condition_since = None    # its lastTransitionTime
         self.condition_written_at = None
         self.node_missing_since = None   # when the Node was last found missing
+        self.taint_client = taint_client  # an identity allowed to taint Nodes (a node's own is not)
+        self.tainted = None               # whether our taint is on the Node, None until known
         self.scv = None               # the object as last written or watched
         self.recreate = False         # the watch saw it deleted
         self.facts = None
         self.failures = 0
         self.counters = {"ticks": 0, "writes": 0, "creates": 0, "errors": 0, "condition_writes": 0, "events": 0,
-                         "xid_events": 0}
+                         "xid_events": 0, "taint_changes": 0}
         self._xid_waiter = None
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -123,6 +126,8 @@ class Agent:
         self.facts = facts
         if self.node_condition:
             self._update_condition(facts)
+        if self.taint_client is not None:
+            self._update_taint(facts)
         try:
             self._publish(facts)
         except ScvApiError as error:
@@ -233,6 +238,36 @@ class Agent:
             self.counters["errors"] += 1
             LOG.warning("%s", error)
 
+    def _update_taint(self, facts):
+        """Puts ``scv.gpu/gpu-unhealthy:NoSchedule`` on the Node while GPUHealthy is False, and takes it off after.
+
+        NodeRestriction forbids a node's own identity to change its taints, so this runs with
+        ``taint_client``, another identity. Other taints are kept; a conflicting write is tried
+        again at the next tick.
+        """
+        wanted = gpu_condition(facts)[0] == "False"
+        if wanted == self.tainted:
+            return
+        try:
+            node = self.taint_client.get_node(self.node)
+            if node is None:
+                return
+            taints = list((node.get("spec") or {}).get("taints") or [])
+            ours = [taint for taint in taints if taint.get("key") == TAINT_KEY]
+            others = [taint for taint in taints if taint.get("key") != TAINT_KEY]
+            if bool(ours) != wanted:
+                if wanted:
+                    others.append({"key": TAINT_KEY, "effect": "NoSchedule"})
+                self.taint_client.patch_node(self.node, {
+                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                    "spec": {"taints": others or None}})
+                self.counters["taint_changes"] += 1
+                LOG.info("Node %s: %s the taint %s:NoSchedule", self.node, "set" if wanted else "removed", TAINT_KEY)
+            self.tainted = wanted
+        except ScvApiError as error:
+            self.counters["errors"] += 1
+            LOG.warning("%s", error)
+
     # ----------------------------------------------------------------- watch
 
     def _ensure_watch(self):
@@ -299,7 +334,8 @@ class Agent:
             ("errors", "Failed reads or API calls."),
             ("condition_writes", "Writes of the GPUHealthy Node condition."),
             ("events", "Events emitted on GPUHealthy transitions."),
-            ("xid_events", "XID critical errors NVML reported."))]
+            ("xid_events", "XID critical errors NVML reported."),
+            ("taint_changes", "Times the unhealthy-GPU taint was set or removed."))]
         values += [
             ("scv_agent_api_requests", "API requests made.", self.client.requests),
             ("scv_agent_credential_reloads", "Times changed credentials were read from disk.",
@@ -384,6 +420,9 @@ def main(argv=None):
     parser.add_argument("--xid-hold", type=float, default=600.0,
                         help="seconds an XID that calls for a reset or reboot keeps its card Unhealthy (0: until NVML "
                              "is initialised again)")
+    parser.add_argument("--taint-kubeconfig", default="",
+                        help="kubeconfig of an identity allowed to taint Nodes (a node's own is not): with it, the agent "
+                             "puts %s:NoSchedule on its Node while GPUHealthy is False (off when empty)" % TAINT_KEY)
     parser.add_argument("--metrics-address", default="", help="host:port for Prometheus metrics (off when empty)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -397,10 +436,17 @@ def main(argv=None):
     except ScvApiError as error:
         LOG.error("%s", error)
         return 2
+    taint_client = None
+    if args.taint_kubeconfig:
+        try:
+            taint_client = RestScvClient.from_file(args.taint_kubeconfig, timeout=args.request_timeout)
+        except ScvApiError as error:
+            LOG.error("%s", error)
+            return 2
     agent = Agent(client, args.node_name, args.default_interval, args.watch_timeout, metrics=bool(args.metrics_address),
                   session=Session(static_refresh_s=args.static_refresh, xid_actions=xid_actions,
                                   xid_hold_s=args.xid_hold),
-                  node_condition=args.node_condition)
+                  node_condition=args.node_condition, taint_client=taint_client)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     if args.metrics_address:

@@ -391,6 +391,46 @@ def test_what_a_node_identity_may_do_to_its_own_taints(access):
         plane.kubectl("delete", "node", "taint-own", "--ignore-not-found")
 
 
+def test_with_an_identity_allowed_to_taint_the_agent_taints_an_unhealthy_node_and_untaints_it(
+        access, agent_command, tmp_path, request):
+    plane = access
+    node = node_for(request)
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+         "spec": {"taints": [{"key": "site/maintenance", "effect": "PreferNoSchedule"}]}}))
+    plane.kubectl("apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "scv-gpu-tainter"},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "scv-gpu-tainter"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "scv-gpu-tainter"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "scv-gpu-tainter"}]}]}))
+    tainter = plane.kubeconfig("tainter", "scv-gpu-tainter", "scv-gpu-tainters")
+    agent = AgentProcess(agent_command, plane, node, tmp_path, scenario="h100_sxm_x8",
+                         extra=("--taint-kubeconfig", str(tainter)))
+
+    def taints():
+        """Our taint and the site's; the API server's own not-ready taint is kept by the agent too (asserted)."""
+        spec = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["spec"]
+        keys = [(taint["key"], taint["effect"]) for taint in spec.get("taints", [])]
+        assert ("node.kubernetes.io/not-ready", "NoSchedule") in keys
+        return sorted(key for key in keys if not key[0].startswith("node.kubernetes.io/"))
+    try:
+        agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+        assert taints() == [("site/maintenance", "PreferNoSchedule")]
+        change_scenario(agent, lambda scenario: scenario["devices"][1].update(errors={"*": "GPU_IS_LOST"}))
+        agent.wait_for(lambda: taints() == [("scv.gpu/gpu-unhealthy", "NoSchedule"),
+                                            ("site/maintenance", "PreferNoSchedule")], 5)
+        change_scenario(agent, lambda scenario: scenario["devices"][1].pop("errors"))
+        agent.wait_for(lambda: taints() == [("site/maintenance", "PreferNoSchedule")], 10)
+        assert agent.metrics()["scv_agent_taint_changes_total"] == 2
+    finally:
+        agent.stop()
+        plane.kubectl("delete", "scv", node, "--ignore-not-found")
+        plane.kubectl("delete", "node", node, "--ignore-not-found")
+
+
 def test_sigterm_exits_cleanly(agent):
     agent.wait_for(lambda: agent.scv() is not None, 20)
     assert agent.stop() == 0
