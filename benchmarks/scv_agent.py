@@ -68,10 +68,13 @@ def library_rss_mib(pid):
 
 
 def agent_metrics(port):
+    """The agent's unlabelled series (its counters), parsed by Prometheus's own text parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
         text = response.read().decode()
-    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if not sample.labels}
 
 
 def free_port():

@@ -598,6 +598,7 @@ class Session:
         self.xid_hold_s = xid_hold_s
         self._xids = {}                # card index -> [(xid, RFC 3339 time, clock time)] in this session
         self._nvml_lock = threading.RLock()   # session start and stop against the event waiter
+        self._wanted = threading.Event()      # the reader waits for the lock: the waiter lets it have it
         self._event_set = None
         self._event_inits = None
         self._event_indexes = {}
@@ -643,6 +644,13 @@ class Session:
 
     def close(self):
         """Shuts NVML down (the next read initialises it again)."""
+        self._wanted.set()
+        try:
+            self._close_locked()
+        finally:
+            self._wanted.clear()
+
+    def _close_locked(self):
         with self._nvml_lock:
             self._free_events()
             self._free_gpm()
@@ -663,12 +671,16 @@ class Session:
         """Waits up to ``timeout_ms`` for an XID critical error; (card index, xid), or None.
 
         Meant for one thread beside the reader's: NVML wakes it when the driver reports an XID,
-        with no polling. The XID is kept and becomes a health reason of its card at the next
+        with no polling. NVML is not shut down during a wait, so a new session waits for the
+        current wait to end. The XID is kept and becomes a health reason of its card at the next
         read (see ``_xid``), for ``xid_hold_s`` seconds (0: while this NVML session lasts).
         Returns None at once, after a pause, when NVML is not initialised or has no events.
         """
         import time
 
+        if self._wanted.is_set():
+            time.sleep(0.05)   # the reader is starting or stopping NVML: let it have the lock
+            return None
         with self._nvml_lock:
             event_set = self._events_ready()
             if event_set is not None:
@@ -799,8 +811,12 @@ class Session:
         self.close()
 
     def _start(self):
-        with self._nvml_lock:
-            return self._start_locked()
+        self._wanted.set()
+        try:
+            with self._nvml_lock:
+                return self._start_locked()
+        finally:
+            self._wanted.clear()
 
     def _start_locked(self):
         try:

@@ -182,7 +182,7 @@ class Agent:
         """Blocks on NVML's events; an XID wakes the loop at once, so it reaches the Scv and the Node within a tick."""
         while not self.stopping.is_set():
             try:
-                event = self.session.wait_event(100)
+                event = self.session.wait_event(1000)
             except Exception as error:  # pylint: disable=broad-exception-caught
                 LOG.warning("waiting for NVML events failed: %s", error)
                 self.stopping.wait(1)
