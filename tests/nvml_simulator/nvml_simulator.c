@@ -967,7 +967,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemo
     SIM_RETURN(sim_memory(&dev, &memory->total, &memory->reserved, &memory->free, &memory->used));
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+/* A clock of the device from the scenario's `table` ("maxClocks" or "clocks"), or NOT_SUPPORTED. */
+static nvmlReturn_t sim_clock(const sim_device *dev, const char *table, nvmlClockType_t type, unsigned int *clock)
 {
     static const char *keys[] = {
         [NVML_CLOCK_GRAPHICS] = "graphics", [NVML_CLOCK_SM] = "sm",
@@ -975,30 +976,24 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClock
     };
     long long value;
 
-    SIM_DEVICE_CALL(device, dev);
     if (!clock || (unsigned int)type >= sizeof(keys) / sizeof(keys[0]))
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    if (dev.mig || !sim_number(j_get(dev.gpu, "maxClocks"), keys[type], &value))
-        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->mig || !sim_number(j_get(dev->gpu, table), keys[type], &value))
+        return NVML_ERROR_NOT_SUPPORTED;
     *clock = (unsigned int)value;
-    SIM_RETURN(NVML_SUCCESS);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(sim_clock(&dev, "maxClocks", type, clock));
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
 {
-    static const char *keys[] = {
-        [NVML_CLOCK_GRAPHICS] = "graphics", [NVML_CLOCK_SM] = "sm",
-        [NVML_CLOCK_MEM] = "memory", [NVML_CLOCK_VIDEO] = "video",
-    };
-    long long value;
-
     SIM_DEVICE_CALL(device, dev);
-    if (!clock || (unsigned int)type >= sizeof(keys) / sizeof(keys[0]))
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    if (dev.mig || !sim_number(j_get(dev.gpu, "clocks"), keys[type], &value))
-        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
-    *clock = (unsigned int)value;
-    SIM_RETURN(NVML_SUCCESS);
+    SIM_RETURN(sim_clock(&dev, "clocks", type, clock));
 }
 
 /* Device queries that answer one scalar from a number in the scenario, converted by `convert`. */
