@@ -91,7 +91,7 @@ class AgentCollector:
             yield family
         xids = GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
                                  labels=DCGM_LABELS)
-        last = agent.session.last_xids() if hasattr(agent.session, "last_xids") else {}
+        last = agent.session.last_xids()
         for card in cards:
             xids.add_metric(dcgm_labels(card, hostname), last.get(card.get("id"), 0))
         yield xids
