@@ -74,9 +74,14 @@ def lookup(config, keys):
     return node
 
 
-def table_header(keys):
-    """``[a."b.c".d]`` for the key path ('a', 'b.c', 'd')."""
-    return "[" + ".".join(key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key) for key in keys) + "]"
+def table_header(keys, literal=False):
+    """``[a."b.c".d]`` for the key path ('a', 'b.c', 'd'); ``[a.'b.c'.d]`` with ``literal`` (the style of
+    containerd 2's own default file and of the Kubernetes docs), where the key allows it."""
+    def quoted(key):
+        if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+            return key
+        return "'%s'" % key if literal and not re.search(r"['\x00-\x1f\x7f]", key) else json.dumps(key)
+    return "[" + ".".join(quoted(key) for key in keys) + "]"
 
 
 _KEY_PART = re.compile(r"""\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*""")
@@ -179,7 +184,9 @@ def set_key(text, table, key, value):
     if start is None:
         if text and not text.endswith("\n"):
             text += newline
-        return text + "%s%s%s  %s = %s%s" % (newline, table_header(table), newline, key, _literal(value), newline)
+        literal = any(code[i] and re.match(r"\s*\[[^\]\"]*'", line) for i, line in enumerate(lines))
+        return text + "%s%s%s  %s = %s%s" % (newline, table_header(table, literal), newline, key, _literal(value),
+                                             newline)
     end = next((i for i in range(start + 1, len(lines)) if code[i] and lines[i].lstrip().startswith("[")),
                len(lines))
     pattern = re.compile(r"""^(\s*)(?:%s|"%s"|'%s')\s*=""" % ((re.escape(key),) * 3))
