@@ -63,12 +63,15 @@ def _version_parts(version):
 def desired_labels(fact, gpu_label_key):
     """The labels a node with this nvidia_gpu fact should carry (ours only).
 
-    A node with no GPUs, or whose driver cannot be read, gets none of ours. With several
+    A node with no GPUs gets none of ours; one whose driver cannot be read gets those
+    :func:`pci_labels` gives from its PCI bus. With several
     models, ``gpu.product`` names the first GPU's (GFD does the same); select mixed nodes by
     ``gpu.count`` and the Scv's card list instead.
     """
     cards = [card for card in (fact or {}).get("cardList") or [] if card.get("model")]
-    if not (fact or {}).get("nvml_available") or not cards:
+    if not (fact or {}).get("nvml_available"):
+        return pci_labels((fact or {}).get("pci_gpus"), gpu_label_key)
+    if not cards:
         return {}
     first = cards[0]
     product = sanitise_product(first["model"])
@@ -95,6 +98,25 @@ def desired_labels(fact, gpu_label_key):
     if len(runtime) >= 2:
         labels[PREFIX + "cuda.runtime-version.full"] = fact["cuda_driver_version"]
         labels[PREFIX + "cuda.runtime-version.major"], labels[PREFIX + "cuda.runtime-version.minor"] = runtime[:2]
+    return {key: value for key, value in labels.items() if _LABEL_VALUE.match(value)}
+
+
+def pci_labels(pci_gpus, gpu_label_key):
+    """The labels of a node whose driver does not answer, from the GPUs its PCI bus has.
+
+    ``gpu.present`` and the site's key, so that a driver-installer DaemonSet selecting on either
+    reaches the node before any driver runs. The key's value is the model NVML will report
+    (from the device ID), so it does not change when the driver comes up, or ``pci-10de-<device>``
+    for a device the table does not know. Nothing for a node without NVIDIA GPUs.
+    """
+    gpus = [gpu for gpu in pci_gpus if isinstance(gpu, dict) and isinstance(gpu.get("deviceId"), str)
+            and gpu["deviceId"].startswith("0x")] if isinstance(pci_gpus, list) else []
+    if not gpus:
+        return {}
+    first = gpus[0]
+    model = first.get("model") if isinstance(first.get("model"), str) else None
+    value = sanitise_product(model) if model else "pci-10de-%s" % first["deviceId"][2:]
+    labels = {PREFIX + "gpu.present": "true", gpu_label_key: value}
     return {key: value for key, value in labels.items() if _LABEL_VALUE.match(value)}
 
 

@@ -906,11 +906,17 @@ def probe_library(name="libnvidia-ml.so.1"):
     """Whether the NVML library loads and answers, without pynvml (which a bare host lacks).
 
     Returns {'loads': bool, 'driver_version': str or None, 'gpu_count': int or None,
-    'error': str or None}; the error is one of the reasons above where NVML gives one.
+    'bus_ids': [str] (the PCI address of each GPU that answers), 'error': str or None}; the
+    error is one of the reasons above where NVML gives one.
     """
     import ctypes
 
-    result = {"loads": False, "driver_version": None, "gpu_count": None, "error": None}
+    class PciInfo(ctypes.Structure):  # nvmlPciInfo_t (nvml.h)
+        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                    ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                    ("busId", ctypes.c_char * 32)]
+
+    result = {"loads": False, "driver_version": None, "gpu_count": None, "bus_ids": [], "error": None}
     try:
         library = ctypes.CDLL(name)
     except OSError as error:
@@ -929,6 +935,11 @@ def probe_library(name="libnvidia-ml.so.1"):
         count = ctypes.c_uint(0)
         if library.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0:
             result["gpu_count"] = count.value
+        for index in range(count.value):
+            handle, pci = ctypes.c_void_p(), PciInfo()
+            if (library.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) == 0
+                    and library.nvmlDeviceGetPciInfo_v3(handle, ctypes.byref(pci)) == 0):
+                result["bus_ids"].append(pci.busId.decode(errors="replace"))
     finally:
         library.nvmlShutdown()
     result["loads"] = True

@@ -18,6 +18,8 @@ description:
     identity, health and telemetry fields that SCV lacks.
   - A host without the NVIDIA driver is not an error; the fact then says C(nvml_available=false)
     and why, and lists no cards.
+  - The NVIDIA GPUs on the PCI bus are read from sysfs as well (C(pci_gpus)), with no driver needed, so
+    a host whose driver is missing or broken still says that it has GPUs, and which.
   - A card that fails (lost from the bus, needing a reset, answering errors) is listed with its
     index as C(Unhealthy), with the reasons; every other card is still reported.
     A query that a card does not support leaves that field out.
@@ -44,6 +46,10 @@ options:
     type: list
     elements: str
     default: [all]
+  sysfs:
+    description: Where sysfs is mounted, for C(pci_gpus); tests point it at a prepared tree.
+    type: path
+    default: /sys
 attributes:
   check_mode:
     support: full
@@ -130,6 +136,17 @@ ansible_facts:
           returned: always
           type: str
           sample: "libnvidia-ml.so.1 was not found: the NVIDIA driver is not installed (or its library is not in the loader's search path)"
+        pci_gpus:
+          description:
+            - The NVIDIA GPUs on the PCI bus (vendor 0x10de, class VGA or 3D controller), from sysfs, whether
+              or not a driver is bound. C(model) is the name NVML gives that device ID where the collection's
+              table knows it, else null; C(driver) is the bound kernel driver (C(nvidia), C(nouveau),
+              C(vfio-pci)), or null.
+            - NVSwitches and the GPUs' audio functions are not listed.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"}]
         driver_version:
           description: The NVIDIA driver's version.
           returned: when NVML is available
@@ -334,12 +351,14 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import parse_gather_subset
 from ansible_collections.scv.gpu.plugins.module_utils._nvml import HAS_PYNVML, PYNVML_IMPORT_ERROR, collect
+from ansible_collections.scv.gpu.plugins.module_utils._pci import nvidia_gpus
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             gather_subset=dict(type="list", elements="str", default=["all"]),
+            sysfs=dict(type="path", default="/sys"),
         ),
         supports_check_mode=True,
     )
@@ -352,7 +371,9 @@ def main():
     if not HAS_PYNVML:
         module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
 
-    module.exit_json(changed=False, ansible_facts={"nvidia_gpu": collect(subsets)})
+    fact = collect(subsets)
+    fact["pci_gpus"] = nvidia_gpus(module.params["sysfs"])
+    module.exit_json(changed=False, ansible_facts={"nvidia_gpu": fact})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,12 @@ description:
     C(minor) and C(full), C(mig.capable) - plus O(gpu_label_key) set to the product.
   - These labels are the module's own. One that no longer applies (a card removed, the driver
     unreadable) is removed. Every other label of the node is left as it is.
-  - A node with no GPUs, or whose NVML cannot be read, loses all of the module's labels.
+  - A node with no GPUs loses all of the module's labels.
+  - A node whose NVML cannot be read (no driver yet, or a broken one) but whose PCI bus has NVIDIA GPUs
+    (the fact's C(pci_gpus)) keeps only C(nvidia.com/gpu.present=true) and O(gpu_label_key), set to
+    the model NVML will report for that device ID (C(pci-10de-<device>) where the collection's table
+    does not know it). A driver-installer DaemonSet that selects on either then reaches the node
+    before any driver runs.
   - With several GPU models in one node, C(gpu.product) names the first GPU's model, as GFD does.
   - One GET per run, and one merge PATCH only when a label differs; the PATCH carries the
     node's resourceVersion, so a concurrent change is retried rather than overwritten.

@@ -90,10 +90,27 @@ secure_boot_source:
   type: str
   sample: mokutil
 nvml:
-  description: What loading C(libnvidia-ml.so.1) gave.
+  description: What loading C(libnvidia-ml.so.1) gave, with the PCI address of each GPU that answered.
   returned: when I(nvml=true)
   type: dict
-  sample: {"loads": true, "driver_version": "580.95.05", "gpu_count": 8, "error": null}
+  sample: {"loads": true, "driver_version": "580.95.05", "gpu_count": 1, "bus_ids": ["00000000:18:00.0"], "error": null}
+pci_gpus:
+  description:
+    - The NVIDIA GPUs on the PCI bus (vendor 0x10de, class VGA or 3D controller), read from sysfs, so
+      they are listed with no driver at all. C(model) is the name NVML gives that device, where the
+      collection's table knows it, else null. C(driver) is the bound kernel driver, or null.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"}]
+nvml_missing:
+  description:
+    - The PCI GPUs that NVML did not answer for (by PCI address); empty when NVML sees every GPU the
+      bus has. A card that fell off the driver, or a driver that failed to bind one, shows here.
+  returned: when I(nvml=true)
+  type: list
+  elements: dict
+  sample: []
 """
 
 import glob
@@ -103,6 +120,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.scv.gpu.plugins.module_utils._driver import upstream_version
 from ansible_collections.scv.gpu.plugins.module_utils._nvml import probe_library
+from ansible_collections.scv.gpu.plugins.module_utils._pci import missing_from_nvml, nvidia_gpus
 
 
 def _read(path):
@@ -173,8 +191,10 @@ def main():
         secure_boot=secure_boot,
         secure_boot_source=source,
     )
+    result["pci_gpus"] = nvidia_gpus(sysfs)
     if module.params["nvml"]:
         result["nvml"] = probe_library()
+        result["nvml_missing"] = missing_from_nvml(result["pci_gpus"], result["nvml"]["bus_ids"])
     module.exit_json(**result)
 
 

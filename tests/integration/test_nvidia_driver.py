@@ -13,6 +13,7 @@ import json
 import pytest
 
 from conftest import recap
+from support import add_pci_function
 
 DAEMONSET_PLAY = """
 - hosts: localhost
@@ -169,7 +170,21 @@ def test_info_reads_sysfs_and_nvml(ansible, sysfs):
     assert result["loaded_version"] == "535.183.01"
     assert result["nouveau_loaded"] is True
     assert result["installed_version"] is None and result["installed_package_version"] is None
-    assert result["nvml"] == {"loads": True, "driver_version": "535.183.01", "gpu_count": 1, "error": None}
+    assert result["nvml"] == {"loads": True, "driver_version": "535.183.01", "gpu_count": 1,
+                              "bus_ids": ["00000000:01:00.0"], "error": None}
+    assert result["pci_gpus"] == [] and result["nvml_missing"] == []
+
+
+def test_info_names_the_gpu_that_nvml_does_not_see(ansible, sysfs):
+    """Two GPUs on the bus, one answering NVML: the one that fell off the driver is named."""
+    add_pci_function(sysfs, "0000:01:00.0", 0x10DE, 0x1B02, 0x030000, "nvidia")
+    add_pci_function(sysfs, "0000:02:00.0", 0x10DE, 0x1B02, 0x030000)
+    ok, result = ansible.module({"sysfs": str(sysfs)}, scenario="titan_xp", name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert [gpu["busId"] for gpu in result["pci_gpus"]] == ["0000:01:00.0", "0000:02:00.0"]
+    assert result["nvml"]["gpu_count"] == 1
+    assert result["nvml_missing"] == [{"busId": "0000:02:00.0", "deviceId": "0x1b02", "model": "TITAN Xp",
+                                       "driver": None}]
 
 
 def test_info_without_the_library_or_driver(ansible, sysfs):

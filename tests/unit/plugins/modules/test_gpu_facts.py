@@ -10,6 +10,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.scv.gpu.plugins.modules import gpu_facts
 
 import scenario_expectations as expected
+from support import add_pci_function
 
 
 def run_module(capsys, args):
@@ -19,19 +20,37 @@ def run_module(capsys, args):
     return exit_info.value.code, result
 
 
-def test_returns_facts_and_never_changes(nvml_simulator, capsys):
+TITAN_XP_PCI = [{"busId": "0000:01:00.0", "deviceId": "0x1b02", "model": "TITAN Xp", "driver": "nvidia"}]
+
+
+@pytest.fixture
+def titan_sysfs(tmp_path):
+    add_pci_function(tmp_path, "0000:01:00.0", 0x10DE, 0x1B02, 0x030000, "nvidia")
+    add_pci_function(tmp_path, "0000:01:00.1", 0x10DE, 0x10EF, 0x040300, "snd_hda_intel")
+    return str(tmp_path)
+
+
+def test_returns_facts_and_never_changes(nvml_simulator, capsys, titan_sysfs):
     nvml_simulator.use("titan_xp")
-    code, result = run_module(capsys, {})
+    code, result = run_module(capsys, {"sysfs": titan_sysfs})
     assert code == 0
     assert result["changed"] is False
-    assert result["ansible_facts"]["nvidia_gpu"] == expected.TITAN_XP
+    assert result["ansible_facts"]["nvidia_gpu"] == dict(expected.TITAN_XP, pci_gpus=TITAN_XP_PCI)
 
 
-def test_check_mode_reports_the_same_facts(nvml_simulator, capsys):
+def test_check_mode_reports_the_same_facts(nvml_simulator, capsys, titan_sysfs):
     nvml_simulator.use("titan_xp")
-    code, result = run_module(capsys, {"_ansible_check_mode": True})
+    code, result = run_module(capsys, {"_ansible_check_mode": True, "sysfs": titan_sysfs})
     assert code == 0 and result["changed"] is False
-    assert result["ansible_facts"]["nvidia_gpu"] == expected.TITAN_XP
+    assert result["ansible_facts"]["nvidia_gpu"] == dict(expected.TITAN_XP, pci_gpus=TITAN_XP_PCI)
+
+
+def test_a_host_without_a_driver_still_lists_its_gpus(nvml_simulator, capsys, titan_sysfs):
+    nvml_simulator.use("driver_not_loaded")
+    code, result = run_module(capsys, {"sysfs": titan_sysfs})
+    fact = result["ansible_facts"]["nvidia_gpu"]
+    assert code == 0 and fact["nvml_available"] is False and fact["cardList"] == []
+    assert fact["pci_gpus"] == TITAN_XP_PCI
 
 
 def test_unknown_gather_subset_fails_before_touching_nvml(nvml_simulator, capsys):

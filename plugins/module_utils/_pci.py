@@ -1,0 +1,114 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""NVIDIA GPUs as the PCI bus sees them, from sysfs (private to the collection).
+
+This needs no driver: the kernel lists every PCI function under ``/sys/bus/pci/devices``
+with its vendor, device and class, whether or not a driver is bound. It is how a node
+without a working driver still says that it has GPUs, and how the driver's verification
+checks that NVML sees every GPU the bus has.
+"""
+
+from __future__ import annotations
+
+import os
+
+NVIDIA_VENDOR = 0x10DE
+# PCI base class 03 (display), subclasses 00 (VGA compatible: GeForce, older Tesla) and
+# 02 (3D controller: the data centre GPUs). NVSwitches (class 0680) and the GPUs' own audio
+# functions (0403) are not GPUs.
+GPU_CLASSES = (0x0300, 0x0302)
+
+# PCI device ID -> the name NVML gives the card, for the cards a cluster usually holds. A device
+# not listed here is still found and counted; its model is then unknown (None).
+MODELS = {
+    0x1B02: "TITAN Xp",
+    0x1B06: "NVIDIA GeForce GTX 1080 Ti",
+    0x15F8: "Tesla P100-PCIE-16GB",
+    0x1DB1: "Tesla V100-SXM2-16GB",
+    0x1DB4: "Tesla V100-PCIE-16GB",
+    0x1DB5: "Tesla V100-SXM2-32GB",
+    0x1DB6: "Tesla V100-PCIE-32GB",
+    0x1EB8: "Tesla T4",
+    0x20B0: "NVIDIA A100-SXM4-40GB",
+    0x20B2: "NVIDIA A100-SXM4-80GB",
+    0x20B5: "NVIDIA A100 80GB PCIe",
+    0x20B7: "NVIDIA A30",
+    0x20F1: "NVIDIA A100-PCIE-40GB",
+    0x2204: "NVIDIA GeForce RTX 3090",
+    0x2235: "NVIDIA A40",
+    0x2236: "NVIDIA A10",
+    0x2321: "NVIDIA H100 NVL",
+    0x2330: "NVIDIA H100 80GB HBM3",
+    0x2331: "NVIDIA H100 PCIe",
+    0x2335: "NVIDIA H200",
+    0x26B5: "NVIDIA L40",
+    0x26B9: "NVIDIA L40S",
+    0x27B8: "NVIDIA L4",
+}
+
+
+def _read(path):
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except (OSError, ValueError):
+        return None
+
+
+def _hex(text):
+    try:
+        return int(text, 16)
+    except (TypeError, ValueError):
+        return None
+
+
+def nvidia_gpus(sysfs="/sys"):
+    """The NVIDIA GPUs on the PCI bus, in bus order: a list of dicts with ``busId``
+    ('0000:18:00.0'), ``deviceId`` ('0x2330'), ``model`` (NVML's name for the device, or None
+    when the table does not know it) and ``driver`` (the bound kernel driver, such as
+    'nvidia', 'nouveau' or 'vfio-pci', or None).
+
+    An unreadable or absent tree gives an empty list: a host without PCI has no GPUs on it.
+    """
+    root = os.path.join(sysfs, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = os.path.join(root, name)
+        if _hex(_read(os.path.join(path, "vendor"))) != NVIDIA_VENDOR:
+            continue
+        klass = _hex(_read(os.path.join(path, "class")))
+        if klass is None or klass >> 8 not in GPU_CLASSES:
+            continue
+        device = _hex(_read(os.path.join(path, "device")))
+        driver = os.path.join(path, "driver")
+        found.append({
+            "busId": name,
+            "deviceId": "0x%04x" % device if device is not None else None,
+            "model": MODELS.get(device),
+            "driver": os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None,
+        })
+    return found
+
+
+def bus_key(bus_id):
+    """A PCI address made comparable across spellings: NVML's '00000000:18:00.0' and sysfs's
+    '0000:18:00.0' both give (0, 0x18, '00.0'). None for anything else."""
+    parts = (bus_id or "").lower().split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return int(parts[0], 16), int(parts[1], 16), parts[2]
+    except ValueError:
+        return None
+
+
+def missing_from_nvml(pci_gpus, nvml_bus_ids):
+    """The PCI GPUs (dicts from :func:`nvidia_gpus`) whose address is not among NVML's."""
+    seen = {bus_key(bus_id) for bus_id in nvml_bus_ids}
+    return [gpu for gpu in pci_gpus if bus_key(gpu["busId"]) not in seen]

@@ -1,0 +1,104 @@
+"""NVIDIA GPUs read from a sysfs tree laid out as the kernel lays it out, with no driver needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils._node_labels import desired_labels, pci_labels, sanitise_product
+from ansible_collections.scv.gpu.plugins.module_utils._pci import (
+    MODELS,
+    bus_key,
+    missing_from_nvml,
+    nvidia_gpus,
+)
+from support import add_pci_function as add_function, scenario_path
+
+
+@pytest.fixture
+def sysfs(tmp_path):
+    root = tmp_path / "sys"
+    # the readings of the real H100 (a VM with the card at 0000:00:06.0, bound to nvidia)
+    add_function(root, "0000:00:06.0", 0x10DE, 0x2330, 0x030200, "nvidia")
+    add_function(root, "0000:00:00.0", 0x8086, 0x1237, 0x060000)               # host bridge
+    add_function(root, "0000:18:00.0", 0x10DE, 0x20B2, 0x030200)               # no driver bound
+    add_function(root, "0000:19:00.0", 0x10DE, 0x27B8, 0x030200, "vfio-pci")   # passed through
+    add_function(root, "0000:1a:00.0", 0x10DE, 0x1B02, 0x030000, "nouveau")    # VGA class
+    add_function(root, "0000:1a:00.1", 0x10DE, 0x10EF, 0x040300, "snd_hda_intel")   # the card's audio
+    add_function(root, "0000:c5:00.0", 0x10DE, 0x22A3, 0x068000)               # NVSwitch (bridge class)
+    add_function(root, "0000:d0:00.0", 0x10DE, 0x9999, 0x030200)               # a device the table lacks
+    return root
+
+
+def test_gpus_are_listed_in_bus_order_with_model_and_driver(sysfs):
+    assert nvidia_gpus(str(sysfs)) == [
+        {"busId": "0000:00:06.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"},
+        {"busId": "0000:18:00.0", "deviceId": "0x20b2", "model": "NVIDIA A100-SXM4-80GB", "driver": None},
+        {"busId": "0000:19:00.0", "deviceId": "0x27b8", "model": "NVIDIA L4", "driver": "vfio-pci"},
+        {"busId": "0000:1a:00.0", "deviceId": "0x1b02", "model": "TITAN Xp", "driver": "nouveau"},
+        {"busId": "0000:d0:00.0", "deviceId": "0x9999", "model": None, "driver": None},
+    ]
+
+
+def test_no_pci_tree_is_no_gpus(tmp_path):
+    assert nvidia_gpus(str(tmp_path / "absent")) == []
+
+
+def test_an_unreadable_function_is_skipped_not_fatal(sysfs):
+    (sysfs / "devices" / "pci0000:00" / "0000:18:00.0" / "class").unlink()
+    assert "0000:18:00.0" not in [gpu["busId"] for gpu in nvidia_gpus(str(sysfs))]
+
+
+@pytest.mark.parametrize("name", ["h100_real", "h100_sxm_x8", "a100_mig", "titan_xp", "lost_card",
+                                  "health_reasons", "power_not_supported"])
+def test_the_table_names_each_card_as_nvml_does(name):
+    """The label a driverless node gets must not change when the driver comes up; h100_real is the
+    real card's nvidia-smi reading."""
+    with open(scenario_path(name), encoding="utf-8") as handle:
+        scenario = json.load(handle)
+    for device in scenario["devices"]:
+        if "pciDeviceId" in device and "name" in device:
+            assert MODELS[device["pciDeviceId"] >> 16] == device["name"], name
+
+
+@pytest.mark.parametrize("nvml, pci, same", [
+    ("00000000:18:00.0", "0000:18:00.0", True),
+    ("00000000:18:00.0", "0000:18:00.1", False),
+    ("00000001:18:00.0", "0000:18:00.0", False),
+    ("0000:1A:00.0", "0000:1a:00.0", True),
+    ("garbage", "0000:1a:00.0", False),
+])
+def test_bus_ids_compare_across_spellings(nvml, pci, same):
+    assert (bus_key(nvml) == bus_key(pci)) is same
+    assert bus_key("garbage") is None
+
+
+def test_missing_from_nvml_names_the_cards_nvml_did_not_answer_for(sysfs):
+    gpus = nvidia_gpus(str(sysfs))
+    missing = missing_from_nvml(gpus, ["00000000:00:06.0", "00000000:18:00.0", "00000000:19:00.0", "00000000:D0:00.0"])
+    assert [gpu["busId"] for gpu in missing] == ["0000:1a:00.0"]
+
+
+def test_a_driverless_node_gets_present_and_the_sites_key(sysfs):
+    fact = {"nvml_available": False, "nvml_error": "driver not loaded", "cardList": [],
+            "pci_gpus": nvidia_gpus(str(sysfs))}
+    assert desired_labels(fact, "gpu/nvidia") == {"nvidia.com/gpu.present": "true",
+                                                 "gpu/nvidia": "NVIDIA-H100-80GB-HBM3"}
+    # the value is what NVML's name gives once the driver runs
+    assert sanitise_product("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_an_unknown_device_is_labelled_by_its_id():
+    assert pci_labels([{"busId": "0000:d0:00.0", "deviceId": "0x9999", "model": None, "driver": None}],
+                      "example.com/gpu") == {"nvidia.com/gpu.present": "true", "example.com/gpu": "pci-10de-9999"}
+
+
+def test_no_gpus_on_the_bus_no_labels():
+    assert desired_labels({"nvml_available": False, "cardList": [], "pci_gpus": []}, "gpu/nvidia") == {}
+    assert desired_labels({"nvml_available": False, "cardList": []}, "gpu/nvidia") == {}
+
+
+@pytest.mark.parametrize("pci_gpus", ["0000:18:00.0", [None, 3, {"deviceId": 7}], {"deviceId": "0x2330"}])
+def test_hand_made_pci_lists_of_the_wrong_shape_give_no_labels(pci_gpus):
+    assert desired_labels({"nvml_available": False, "cardList": [], "pci_gpus": pci_gpus}, "gpu/nvidia") == {}
