@@ -13,6 +13,7 @@ import pytest
 
 from conftest import recap
 from label_expectations import LABELS
+from support import add_pci_function
 
 PLAY = """
 - hosts: localhost
@@ -48,7 +49,9 @@ def diff_lines(stdout, sign):
 def run(ansible, tmp_path, plane, scenario, *extra, **settings):
     play = tmp_path / "device-plugin.yml"
     play.write_text(PLAY)
-    variables = {"device_plugin_kubeconfig": str(plane.admin_kubeconfig)}
+    empty_sysfs = tmp_path / "sys-without-gpus"     # this host's own bus must not decide the labels
+    empty_sysfs.mkdir(exist_ok=True)
+    variables = {"device_plugin_kubeconfig": str(plane.admin_kubeconfig), "device_plugin_sysfs": str(empty_sysfs)}
     variables.update(settings)
     return ansible.playbook(play, scenario, "-e", json.dumps(variables), *extra)
 
@@ -87,6 +90,32 @@ def test_a_changed_gpu_changes_only_the_labels_that_differ(ansible, control_plan
         '"nvidia.com/gpu.family": "ampere"', '"nvidia.com/gpu.memory": "40960"',
         '"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"'}
     assert '"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"' in diff_lines(swapped.stdout, "+")
+
+
+def test_a_node_without_a_driver_is_labelled_from_its_pci_bus(ansible, control_plane, tmp_path):
+    """The driver-installer DaemonSet's nodes: no driver, so no NVML; the PCI bus still has the cards."""
+    plane = control_plane
+    node = "labels-pci-%s" % suffix(ansible)
+    put_node(plane, node, dict(FOREIGN))
+    sysfs = tmp_path / "sys"
+    for address in ("0000:18:00.0", "0000:2a:00.0"):
+        add_pci_function(sysfs, address, 0x10DE, 0x2330, 0x030200)
+    add_pci_function(sysfs, "0000:c5:00.0", 0x10DE, 0x22A3, 0x068000)     # an NVSwitch is no GPU
+    driverless = run(ansible, tmp_path, plane, "driver_not_loaded", device_plugin_node_name=node,
+                     device_plugin_deploy=False, device_plugin_sysfs=str(sysfs))
+    assert driverless.returncode == 0, driverless.stdout + driverless.stderr
+    assert node_labels(plane, node) == dict(FOREIGN, **{"nvidia.com/gpu.present": "true",
+                                                        "gpu/nvidia": "NVIDIA-H100-80GB-HBM3"})
+    # the installer DaemonSet's selector (the key exists) now reaches the node
+    selected = plane.kubectl("get", "nodes", "-l", "gpu/nvidia", "-o", "name").stdout.split()
+    assert "node/%s" % node in selected
+
+    # the driver comes up: the full labels, and the site's key keeps its value
+    running = run(ansible, tmp_path, plane, "h100_sxm_x8", "--diff", device_plugin_node_name=node,
+                  device_plugin_deploy=False, device_plugin_sysfs=str(sysfs))
+    assert running.returncode == 0, running.stdout + running.stderr
+    assert node_labels(plane, node) == dict(FOREIGN, **LABELS["h100_sxm_x8"])
+    assert not any("gpu/nvidia" in line for line in diff_lines(running.stdout, "-"))
 
 
 def test_check_mode_reports_labels_without_writing(ansible, control_plane, tmp_path):
