@@ -285,6 +285,12 @@ class NodeClient(_Client):
                               "(set it per host; it defaults to the inventory name)" % (name, self.server))
         return found.to_dict()
 
+    def patch(self, name, body, resource_version, what, check_mode=False):
+        """A merge patch of Node ``name`` that fails (409) if the Node moved on; ``what`` names it in errors."""
+        body = dict(body, metadata=dict(body.get("metadata") or {}, resourceVersion=resource_version))
+        return self._call("patch", "%s of Node %s" % (what, name), self.resource.patch, body=body, name=name,
+                          content_type="application/merge-patch+json", **self._write_options(check_mode)).to_dict()
+
     def patch_labels(self, name, changes, resource_version, check_mode=False):
         """Set (value) or remove (None) labels with a merge patch that fails (409) if the Node moved on."""
         body = {"metadata": {"labels": changes, "resourceVersion": resource_version}}

@@ -1,9 +1,9 @@
 """The nvidia_driver role against the real kube-apiserver, and nvidia_driver_info on this host.
 
 The host method runs in molecule (extensions/molecule/nvidia_driver_*). Here: the daemonset
-method's manifest, accepted (or dry-run) by the real API server; the cordon/drain and uncordon
-tasks on a real Node object; the argument spec; and the info module reading a prepared sysfs
-tree, Secure Boot's EFI variable, and NVML (the simulator) through ctypes.
+method's manifest, accepted (or dry-run) by the real API server; the argument spec; and the info
+module reading a prepared sysfs tree, Secure Boot's EFI variable, and NVML (the simulator)
+through ctypes. The cordon, drain and uncordon run in test_driver_rollout.py.
 """
 
 from __future__ import annotations
@@ -135,22 +135,6 @@ def test_bad_variables_are_rejected_before_any_task(ansible, tmp_path):
     assert "Validating arguments against arg spec" in done.stdout
     assert "nvidia_driver_method" in done.stdout and "nvidia_driver_reboot" in done.stdout
     assert recap(done.stdout)["ok"] == 0
-
-
-def test_drain_cordons_and_uncordon_releases_the_node(ansible, control_plane, tmp_path):
-    plane = control_plane
-    node = "drain-node-%s" % ansible.venv.name.strip(".")
-    plane.kubectl("apply", "-f", "-", input_text=json.dumps(
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
-    settings = json.dumps({"nvidia_driver_node_name": node, "nvidia_driver_kubeconfig": str(plane.admin_kubeconfig),
-                           "nvidia_driver_drain_timeout": 30})
-    for tasks, unschedulable in (("drain.yml", True), ("uncordon.yml", None)):
-        play = tmp_path / ("run-%s" % tasks)
-        play.write_text(TASKS_PLAY.format(tasks=tasks))
-        done = ansible.playbook(play, None, "-e", settings)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert recap(done.stdout)["changed"] == 1
-        assert get_json(plane, "node", node)["spec"].get("unschedulable") is unschedulable
 
 
 @pytest.fixture

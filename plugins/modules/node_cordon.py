@@ -1,0 +1,172 @@
+#!/usr/bin/python
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_cordon
+short_description: Cordon a Kubernetes node for maintenance, and uncordon only the nodes it cordoned
+version_added: 1.0.0
+description:
+  - Cordons a node (C(spec.unschedulable=true)) and marks the cordon as its own with the annotation
+    C(scv.gpu/cordoned-by=<owner>).
+  - Uncordons a node only when that mark names O(owner). A node that someone else cordoned, before or
+    during the maintenance, stays cordoned, and the result says so (RV(outcome=foreign)).
+  - A node already cordoned by someone else is not marked, so the end of the maintenance leaves it as
+    it was found.
+  - Each write is a merge patch that carries the node's resourceVersion; a node changed meanwhile is
+    read again.
+author:
+  - scv.gpu contributors (!UNKNOWN)
+requirements:
+  - kubernetes (Python) >= 24.2.0
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+  - scv.gpu.api_timeout
+  - ansible.builtin.action_common_attributes
+options:
+  name:
+    description: The Kubernetes node's name.
+    type: str
+    required: true
+  state:
+    description:
+      - V(cordoned) cordons the node and marks the cordon as O(owner)'s.
+      - V(uncordoned) lifts O(owner)'s cordon, and no other.
+    type: str
+    choices: [cordoned, uncordoned]
+    required: true
+  owner:
+    description: Who cordons; the value of the C(scv.gpu/cordoned-by) annotation.
+    type: str
+    default: scv.gpu
+attributes:
+  check_mode:
+    support: full
+    details: The PATCH is a server-side dry run.
+  diff_mode:
+    support: full
+    details: Shows C(unschedulable) and the annotation before and after.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - "Run it from the controller (C(delegate_to: localhost))."
+  - Draining is not this module's work; M(kubernetes.core.k8s_drain) evicts the pods of a cordoned node.
+"""
+
+EXAMPLES = r"""
+- name: Cordon the node, remembering that we did
+  scv.gpu.node_cordon:
+    name: "{{ inventory_hostname }}"
+    state: cordoned
+    owner: driver-upgrade
+  delegate_to: localhost
+
+- name: Lift our cordon (a node that someone else cordoned stays cordoned)
+  scv.gpu.node_cordon:
+    name: "{{ inventory_hostname }}"
+    state: uncordoned
+    owner: driver-upgrade
+  delegate_to: localhost
+  register: uncordon
+
+- name: Say when the node stays cordoned
+  ansible.builtin.debug:
+    msg: "{{ inventory_hostname }} stays cordoned: someone else cordoned it"
+  when: uncordon.outcome == 'foreign'
+"""
+
+RETURN = r"""
+outcome:
+  description:
+    - V(cordoned) or V(uncordoned) when this run changed the node (or would, in check mode).
+    - V(ours) when the node already carries O(owner)'s cordon.
+    - V(foreign) when someone else cordoned the node; it is left as it is.
+    - V(schedulable) when there was no cordon to lift.
+  returned: always
+  type: str
+  sample: foreign
+unschedulable:
+  description: Whether the node is cordoned now (or would be, in check mode).
+  returned: always
+  type: bool
+  sample: true
+"""
+
+import copy
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+from ansible_collections.scv.gpu.plugins.module_utils._cordon import ANNOTATION, cordon, uncordon
+from ansible_collections.scv.gpu.plugins.module_utils._kube import (
+    DEFAULT_REQUEST_TIMEOUT,
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    NodeClient,
+    ScvApiError,
+)
+
+ATTEMPTS = 3
+
+
+def _view(node):
+    return {"unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
+            "annotation": ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)}
+
+
+def apply(client, name, state, owner, check_mode):
+    """(before, after, outcome, changed); a 409 (the node changed meanwhile) reads again."""
+    decide = cordon if state == "cordoned" else uncordon
+    for attempt in range(ATTEMPTS):
+        node = client.get(name)
+        body, outcome = decide(node, owner)
+        if body is None:
+            return node, node, outcome, False
+        try:
+            patched = client.patch(name, body, node["metadata"]["resourceVersion"], "the cordon", check_mode)
+        except ScvApiError as error:
+            if error.conflict and attempt + 1 < ATTEMPTS:
+                continue
+            raise
+        return node, patched, outcome, True
+    raise AssertionError("unreachable")
+
+
+def main():
+    argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
+    argument_spec.update(
+        request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
+        name=dict(type="str", required=True),
+        state=dict(type="str", required=True, choices=["cordoned", "uncordoned"]),
+        owner=dict(type="str", default="scv.gpu"),
+    )
+    module = AnsibleK8SModule(module_class=AnsibleModule, argument_spec=argument_spec,
+                              supports_check_mode=True, check_k8s=False)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    params = module.params
+    if params["request_timeout"] <= 0:
+        module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % params["request_timeout"])
+    if not params["owner"] or len(params["owner"]) > 253:
+        module.fail_json(msg="owner: expected a non-empty name of up to 253 characters, got %r" % params["owner"])
+    try:
+        client = NodeClient.connect(module)
+        before, after, outcome, changed = apply(client, params["name"], params["state"], params["owner"],
+                                                module.check_mode)
+    except ScvApiError as error:
+        module.fail_json(msg=str(error))
+    result = dict(changed=changed, outcome=outcome, unschedulable=_view(after)["unschedulable"])
+    if module._diff:
+        result["diff"] = {"before": _view(before), "after": _view(after)}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

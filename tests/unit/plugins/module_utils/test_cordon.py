@@ -1,0 +1,37 @@
+"""Cordons that remember their owner: only ours are lifted."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils._cordon import ANNOTATION, cordon, uncordon
+
+
+def node(unschedulable=False, owner=None):
+    metadata = {"name": "gpu-1", "annotations": {"team": "ml"}}
+    if owner:
+        metadata["annotations"][ANNOTATION] = owner
+    return {"metadata": metadata, "spec": {"unschedulable": True} if unschedulable else {}}
+
+
+@pytest.mark.parametrize("before, patch, outcome", [
+    (node(), {"spec": {"unschedulable": True}, "metadata": {"annotations": {ANNOTATION: "me"}}}, "cordoned"),
+    (node(unschedulable=True, owner="me"), None, "ours"),
+    (node(unschedulable=True), None, "foreign"),
+    (node(unschedulable=True, owner="another tool"), None, "foreign"),
+])
+def test_cordon(before, patch, outcome):
+    assert cordon(before, "me") == (patch, outcome)
+
+
+@pytest.mark.parametrize("before, patch, outcome", [
+    (node(unschedulable=True, owner="me"),
+     {"spec": {"unschedulable": None}, "metadata": {"annotations": {ANNOTATION: None}}}, "uncordoned"),
+    (node(unschedulable=True), None, "foreign"),
+    (node(unschedulable=True, owner="another tool"), None, "foreign"),
+    (node(), None, "schedulable"),
+    # someone lifted our cordon by hand: only the stale mark goes
+    (node(owner="me"), {"metadata": {"annotations": {ANNOTATION: None}}}, "schedulable"),
+])
+def test_uncordon(before, patch, outcome):
+    assert uncordon(before, "me") == (patch, outcome)
