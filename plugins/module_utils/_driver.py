@@ -132,6 +132,9 @@ def _debian(kernel, branch, version, opened):
         "signed_modules": False,
         "mok_public_key": "/var/lib/dkms/mok.pub",
         "initramfs_command": ["update-initramfs", "-u", "-k", "all"],
+        "kernel_module_source": "linux-headers-{kernel} (with the headers installed, DKMS builds %s for that "
+                                "kernel; if they already are, run dkms autoinstall -k {kernel})" % dkms,
+        "kernel_hold_patterns": ["linux-image-*", "linux-headers-*"],
     }
 
 
@@ -157,6 +160,10 @@ def _ubuntu(kernel, branch, version, opened, server):
         "signed_modules": True,
         "mok_public_key": "/var/lib/shim-signed/mok/MOK.der",
         "initramfs_command": ["update-initramfs", "-u", "-k", "all"],
+        "kernel_module_source": "linux-modules-nvidia-%s%s-{kernel} (Canonical's prebuilt, signed modules for "
+                                "that kernel)" % (branch, suffix),
+        "kernel_hold_patterns": ["linux-image-*", "linux-headers-*", "linux-modules-*", "linux-generic*",
+                                 "linux-virtual*", "linux-aws*", "linux-gcp*", "linux-azure*", "linux-oracle*"],
     }
 
 
@@ -182,6 +189,9 @@ def _redhat(major, kernel, branch, version, opened):
         "signed_modules": False,
         "mok_public_key": "/var/lib/dkms/mok.pub",
         "initramfs_command": ["dracut", "--force", "--regenerate-all"],
+        "kernel_module_source": "kernel-devel-{kernel} (with it installed, DKMS builds the nvidia module for that "
+                                "kernel; if it already is, run dkms autoinstall -k {kernel})",
+        "kernel_hold_patterns": ["kernel", "kernel-core", "kernel-modules", "kernel-modules-core", "kernel-devel"],
     }
 
 

@@ -36,6 +36,20 @@ options:
     description: Load the NVML library and report what it answers.
     type: bool
     default: true
+  next_kernel:
+    description:
+      - Find the kernel that boots next (C(grubby --default-kernel) on the RHEL family, else GRUB_DEFAULT, else the
+        newest kernel image in C(/boot)) and the nvidia module built for it, and judge whether a reboot into it
+        would bring the installed driver up (RV(next_kernel)).
+    type: bool
+    default: false
+  next_kernel_release:
+    description: The kernel release that boots next, when the site decides it otherwise (a custom boot loader).
+    type: str
+  root:
+    description: Where the host's C(/boot), C(/etc/default/grub) and C(/lib/modules) are; tests point it at a prepared tree.
+    type: path
+    default: /
 attributes:
   check_mode:
     support: full
@@ -103,6 +117,16 @@ pci_gpus:
   type: list
   elements: dict
   sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"}]
+next_kernel:
+  description:
+    - The preflight for a reboot. C(kernel) is the release that boots next and C(how) what decided it; C(modules) the
+      nvidia module files for it with their versions; C(ok) is true when one of them is the installed driver's
+      release (any module, when the installed version is unknown); C(message) says what was found.
+  returned: when I(next_kernel=true)
+  type: dict
+  sample: {"kernel": "6.1.0-27-amd64", "how": "the newest kernel in /boot", "running": "6.1.0-18-amd64", "ok": false,
+           "modules": [], "message": "the kernel that boots next, 6.1.0-27-amd64 (the newest kernel in /boot), has no
+           nvidia module under /lib/modules/6.1.0-27-amd64"}
 nvml_missing:
   description:
     - The PCI GPUs that NVML did not answer for (by PCI address); empty when NVML sees every GPU the
@@ -119,6 +143,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.scv.gpu.plugins.module_utils._driver import upstream_version
+from ansible_collections.scv.gpu.plugins.module_utils._kernel import module_files, module_version, next_kernel, preflight
 from ansible_collections.scv.gpu.plugins.module_utils._nvml import probe_library
 from ansible_collections.scv.gpu.plugins.module_utils._pci import missing_from_nvml, nvidia_gpus
 
@@ -170,12 +195,39 @@ def _secure_boot(module, sysfs):
     return False, "no EFI"
 
 
+def _next_kernel(module, installed_version):
+    root = module.params["root"]
+    grubby = module.get_bin_path("grubby")
+    grubby_default = None
+    if grubby and root == "/" and not module.params["next_kernel_release"]:
+        rc, out, _err = module.run_command([grubby, "--default-kernel"])
+        grubby_default = out.strip() if rc == 0 else None
+    if module.params["next_kernel_release"]:
+        release, how = module.params["next_kernel_release"], "nvidia_driver_next_kernel"
+    else:
+        release, how = next_kernel(root, os.uname().release, grubby_default)
+    zstd = module.get_bin_path("zstd")
+
+    def read_compressed(path):
+        if not zstd:
+            return None
+        rc, out, _err = module.run_command([zstd, "-dc", path], binary_data=True, encoding=None)
+        return out if rc == 0 else None
+
+    modules = [{"path": path, "version": module_version(path, read_compressed)}
+               for path in (module_files(release, root) if release else [])]
+    return preflight(release, how, modules, installed_version, os.uname().release)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             package=dict(type="str"),
             sysfs=dict(type="path", default="/sys"),
             nvml=dict(type="bool", default=True),
+            next_kernel=dict(type="bool", default=False),
+            next_kernel_release=dict(type="str"),
+            root=dict(type="path", default="/"),
         ),
         supports_check_mode=True,
     )
@@ -192,6 +244,8 @@ def main():
         secure_boot_source=source,
     )
     result["pci_gpus"] = nvidia_gpus(sysfs)
+    if module.params["next_kernel"]:
+        result["next_kernel"] = _next_kernel(module, result["installed_version"])
     if module.params["nvml"]:
         result["nvml"] = probe_library()
         result["nvml_missing"] = missing_from_nvml(result["pci_gpus"], result["nvml"]["bus_ids"])
