@@ -68,3 +68,35 @@ def test_site_host_stages_in_check_mode_leave_this_machine_alone(ansible, scv_cr
     assert done.returncode == 0, done.stdout + done.stderr
     assert "would install nvidia-driver" in done.stdout
     assert {path: path.exists() for path in watched} == before
+
+
+def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tmp_path):
+    plane = scv_crd
+    node = "drift-node-%s" % ansible.version.replace(".", "-")
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    hosts = inventory(tmp_path, plane, node)
+    site = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels")
+    assert site.returncode == 0, site.stdout + site.stderr
+
+    clean = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
+                             "-e", "ansible_become=false")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert '"msg": "no drift"' in clean.stdout
+    assert recap(clean.stdout)["changed"] == 0 and recap(clean.stdout)["failed"] == 0
+
+    # by hand: a label changed, another added by someone else (not ours), and the Scv deleted
+    plane.kubectl("label", "node", node, "nvidia.com/gpu.count=9", "team=ml", "--overwrite")
+    plane.kubectl("delete", "scv", node)
+    drifted = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
+                               "-e", "ansible_become=false")
+    assert drifted.returncode == 2, drifted.stdout + drifted.stderr
+    assert ("localhost has drifted from the desired state: Scv: the node has no Scv; "
+            "labels: nvidia.com/gpu.count differs") in drifted.stdout, drifted.stdout
+    removed = [line for line in drifted.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
+    assert any('"nvidia.com/gpu.count": "9"' in line for line in removed), drifted.stdout   # the diff shows it
+    # and it changed nothing
+    labels = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.count"] == "9" and labels["team"] == "ml"
+    assert plane.kubectl("get", "scv", node, check=False).returncode != 0
