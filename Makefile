@@ -169,7 +169,7 @@ integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-pla
 # Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
 # the Debian image once, build-apt-repo the signed stand-in toolkit repository.
 APT_REPO := $(BUILD)/apt-repo
-MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd nvidia_driver_host nvidia_driver_secure_boot scv_agent
+MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd container_toolkit_containerd2 nvidia_driver_host nvidia_driver_secure_boot scv_agent
 DRIVER_REPO := $(BUILD)/driver-repo
 MOLECULE_CLUSTER_DIR := $(BUILD)/molecule-cluster
 .PHONY: molecule
@@ -181,6 +181,7 @@ molecule: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR) >/dev/null
 	$(VENV)/bin/python tests/control_plane.py start $(MOLECULE_CLUSTER_DIR)
 	trap '$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR)' EXIT; \
+	containerd2=$$(tools/containerd/build); export SCV_GPU_CONTAINERD2_DIR=$$containerd2; \
 	export SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_DRIVER_REPO=$(DRIVER_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) \
 	  SCV_GPU_CLUSTER_DIR=$(MOLECULE_CLUSTER_DIR) SCV_GPU_SIMULATOR_DIR=$(SIM_DIR) \
 	  SCV_GPU_SCENARIOS=$(CURDIR)/tests/nvml_simulator/scenarios SCV_GPU_WHEELS=$(AGENT_WHEELS) \

@@ -95,7 +95,7 @@ def next_kernel(root="/", running=None, grubby_default=None):
     kernels = installed_kernels(root)
     if kernels:
         return kernels[-1], "the newest kernel in /boot"
-    return running, "the running kernel (no kernel image in /boot)"
+    return running, "the running kernel, as /boot has no kernel image"
 
 
 def module_files(release, root="/"):

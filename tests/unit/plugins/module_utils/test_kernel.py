@@ -71,7 +71,7 @@ def test_grubby_decides_on_the_rhel_family(root):
 
 def test_no_image_in_boot_is_the_running_kernel(tmp_path):
     assert next_kernel(str(tmp_path), "6.1.0-18-amd64") == \
-        ("6.1.0-18-amd64", "the running kernel (no kernel image in /boot)")
+        ("6.1.0-18-amd64", "the running kernel, as /boot has no kernel image")
 
 
 def test_module_version_from_the_elf_modinfo_section_plain_xz_and_gz(root, tmp_path):
