@@ -166,31 +166,30 @@ def same_release(module, driver):
 
 
 def preflight(release, how, modules, installed_version, running):
-    """{'ok', 'kernel', 'how', 'modules', 'message'} for a reboot into ``release``.
+    """{'ok', 'kernel', 'how', 'modules', 'running', 'message'} for a reboot into ``release``.
 
     ``modules``: [{'path', 'version'}] found for that kernel; ``installed_version``: the driver
     installed now (None when unknown). OK when a module exists whose version is the installed
     driver's, or cannot be read (or any module, when the installed version is unknown).
     """
     result = {"kernel": release, "how": how, "modules": modules, "running": running}
+    where = "the kernel that boots next, %s (%s)," % (release, how)
     if not release:
-        return dict(result, ok=False, message="cannot tell which kernel boots next: no kernel image in /boot "
-                                                "and no running kernel release")
+        message = "cannot tell which kernel boots next: no kernel image in /boot and no running kernel release"
+        return dict(result, ok=False, message=message)
     if not modules:
-        return dict(result, ok=False, message="the kernel that boots next, %s (%s), has no nvidia module under "
-                                                "/lib/modules/%s" % (release, how, release))
-    if installed_version:
-        # A module whose version cannot be read here (zstd-compressed, with no zstd) is given the benefit
-        # of the doubt: it exists, and the packages that built it move with the driver.
-        matching = [entry for entry in modules
-                    if entry.get("version") is None or same_release(entry["version"], installed_version)]
-        if not matching:
-            found = ", ".join("%s (%s)" % (entry["path"], entry.get("version") or "version unreadable")
-                              for entry in modules)
-            return dict(result, ok=False, message="the kernel that boots next, %s (%s), has an nvidia module of "
-                                                    "another driver release than the installed %s: %s; it would "
-                                                    "fail with a driver/library version mismatch"
-                                                    % (release, how, installed_version, found))
-    return dict(result, ok=True, message="the kernel that boots next, %s (%s), has the nvidia module %s"
-                                          % (release, how, modules[0]["version"] or
-                                             "%s (version unreadable)" % modules[0]["path"]))
+        message = "%s has no nvidia module under /lib/modules/%s" % (where, release)
+        return dict(result, ok=False, message=message)
+    # A module whose version cannot be read here (zstd-compressed, with no zstd) is given the benefit
+    # of the doubt: it exists, and the packages that built it move with the driver.
+    matching = [entry for entry in modules
+                if not installed_version or entry.get("version") is None
+                or same_release(entry["version"], installed_version)]
+    if not matching:
+        found = ", ".join("%s (%s)" % (entry["path"], entry["version"]) for entry in modules)
+        message = ("%s has an nvidia module of another driver release than the installed %s: %s; it would fail "
+                   "with a driver/library version mismatch" % (where, installed_version, found))
+        return dict(result, ok=False, message=message)
+    first = matching[0]
+    version = first["version"] or "%s (version unreadable)" % first["path"]
+    return dict(result, ok=True, message="%s has the nvidia module %s" % (where, version))

@@ -29,8 +29,8 @@ ANNOTATION = "scv.gpu/cordoned-by"
 @pytest.fixture(scope="session")
 def standin_bin(tmp_path_factory):
     folder = tmp_path_factory.mktemp("standin-bin")
-    subprocess.run(["gcc", "-O2", "-o", str(folder / "nvidia-smi"), str(ROOT / "tests" / "molecule" / "standin" /
-                                                                       "nvidia-smi.c"), "-ldl"], check=True)
+    source = ROOT / "tests" / "molecule" / "standin" / "nvidia-smi.c"
+    subprocess.run(["gcc", "-O2", "-o", str(folder / "nvidia-smi"), str(source), "-ldl"], check=True)
     return folder
 
 
@@ -96,8 +96,8 @@ def rollout(ansible, plane, tmp_path, standin_bin, hosts, *extra):
     return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
 
 
-def test_rollout_stops_at_the_first_failure_and_leaves_foreign_cordons(ansible, control_plane, tmp_path,
-                                                                        standin_bin):
+def test_rollout_stops_at_the_first_failure_and_leaves_foreign_cordons(
+        ansible, control_plane, tmp_path, standin_bin):
     plane = control_plane
     tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
     names = ["roll-%s-%s" % (letter, tag) for letter in "abcd"]

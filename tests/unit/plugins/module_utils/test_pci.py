@@ -83,8 +83,8 @@ def test_missing_from_nvml_names_the_cards_nvml_did_not_answer_for(sysfs):
 def test_a_driverless_node_gets_present_and_the_sites_key(sysfs):
     fact = {"nvml_available": False, "nvml_error": "driver not loaded", "cardList": [],
             "pci_gpus": nvidia_gpus(str(sysfs))}
-    assert desired_labels(fact, "gpu/nvidia") == {"nvidia.com/gpu.present": "true",
-                                                 "gpu/nvidia": "NVIDIA-H100-80GB-HBM3"}
+    expected = {"nvidia.com/gpu.present": "true", "gpu/nvidia": "NVIDIA-H100-80GB-HBM3"}
+    assert desired_labels(fact, "gpu/nvidia") == expected
     # the value is what NVML's name gives once the driver runs
     assert sanitise_product("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
 
