@@ -21,13 +21,18 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_MAX_GPUS 256
@@ -1382,38 +1387,73 @@ static int sim_next_xid(nvmlEventSet_t set, nvmlEventData_t *data, long long *pa
     return 0;
 }
 
+/*
+ * A watch on the scenario file's folder, so that a waiting caller sleeps as it does in the driver (in
+ * the kernel, until an event or the timeout) and still sees a scenario changed meanwhile (new XIDs) at
+ * once. -1 where inotify is not available: the caller then looks at the file every 100 ms.
+ */
+static int sim_watch_scenario(void)
+{
+    const char *path = sim_config_path();
+    char folder[PATH_MAX];
+    int fd;
+
+    if (!path || snprintf(folder, sizeof folder, "%s", path) >= (int)sizeof folder)
+        return -1;
+    fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd >= 0 && inotify_add_watch(fd, dirname(folder), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE |
+                                     IN_ATTRIB) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
     struct timespec start, now;
+    nvmlReturn_t rc = NVML_ERROR_TIMEOUT;
+    int watch = sim_watch_scenario();
 
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (unsigned int round = 0;; round++) {
-        long long waited_ms, pause_ms = 100;
-        struct timespec pause;
+        long long waited_ms, pause_ms = watch >= 0 ? (long long)timeoutms : 100;
 
         pthread_mutex_lock(&sim_lock);
         if (round == 0)
             sim_call(__func__);
         if (!sim_init_refcount)
-            SIM_RETURN(NVML_ERROR_UNINITIALIZED);
-        if (!set || !data)
-            SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-        sim_refresh();   /* a changed scenario (new XIDs) is seen within 100 ms */
-        if (sim_next_xid(set, data, &pause_ms))
-            SIM_RETURN(NVML_SUCCESS);
+            rc = NVML_ERROR_UNINITIALIZED;
+        else if (!set || !data)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else {
+            sim_refresh();
+            rc = sim_next_xid(set, data, &pause_ms) ? NVML_SUCCESS : NVML_ERROR_TIMEOUT;
+        }
         pthread_mutex_unlock(&sim_lock);
+        if (rc != NVML_ERROR_TIMEOUT)
+            break;
         clock_gettime(CLOCK_MONOTONIC, &now);
         waited_ms = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000LL;
         if (waited_ms >= (long long)timeoutms)
-            return NVML_ERROR_TIMEOUT;
-        /* A waiting caller sleeps, as it does in the driver: until the next XID is due, the next look
-         * at the scenario file, or the timeout. */
+            break;
+        /* Sleep until the next XID is due, the scenario changes, or the timeout. */
         if (pause_ms > (long long)timeoutms - waited_ms)
             pause_ms = (long long)timeoutms - waited_ms;
-        pause.tv_sec = pause_ms / 1000;
-        pause.tv_nsec = (pause_ms % 1000) * 1000000L + 1000000L;
-        nanosleep(&pause, NULL);
+        if (watch >= 0) {
+            struct pollfd ready = {.fd = watch, .events = POLLIN};
+            char events[4096];
+            if (poll(&ready, 1, (int)pause_ms + 1) > 0)
+                while (read(watch, events, sizeof events) > 0)
+                    ;
+        } else {
+            struct timespec pause = {.tv_sec = pause_ms / 1000, .tv_nsec = (pause_ms % 1000) * 1000000L + 1000000L};
+            nanosleep(&pause, NULL);
+        }
     }
+    if (watch >= 0)
+        close(watch);
+    return rc;
 }
 
 /* ------------------------------------------------------------------- GPM */
