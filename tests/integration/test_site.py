@@ -93,7 +93,7 @@ def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tm
                                "-e", "ansible_become=false")
     assert drifted.returncode == 2, drifted.stdout + drifted.stderr
     assert ("localhost has drifted from the desired state: Scv: the node has no Scv; "
-            "labels: nvidia.com/gpu.count differs") in drifted.stdout, drifted.stdout
+            "labels: nvidia.com/gpu.count differs") in drifted.stdout + drifted.stderr, drifted.stdout
     removed = [line for line in drifted.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
     assert any('"nvidia.com/gpu.count": "9"' in line for line in removed), drifted.stdout   # the diff shows it
     # and it changed nothing
