@@ -80,8 +80,13 @@ def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tm
     site = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels")
     assert site.returncode == 0, site.stdout + site.stderr
 
+    forgot = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
+                              "-e", "ansible_become=false")
+    assert forgot.returncode == 2 and "Run drift.yml with --check" in forgot.stdout + forgot.stderr
+    assert recap(forgot.stdout)["ok"] == 0
+
     clean = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
-                             "-e", "ansible_become=false")
+                             "-e", "ansible_become=false", "--check", "--diff")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert '"msg": "no drift"' in clean.stdout
     assert recap(clean.stdout)["changed"] == 0 and recap(clean.stdout)["failed"] == 0
@@ -90,7 +95,7 @@ def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tm
     plane.kubectl("label", "node", node, "nvidia.com/gpu.count=9", "team=ml", "--overwrite")
     plane.kubectl("delete", "scv", node)
     drifted = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
-                               "-e", "ansible_become=false")
+                               "-e", "ansible_become=false", "--check", "--diff")
     assert drifted.returncode == 2, drifted.stdout + drifted.stderr
     assert ("localhost has drifted from the desired state: Scv: the node has no Scv; "
             "labels: nvidia.com/gpu.count differs") in drifted.stdout + drifted.stderr, drifted.stdout
