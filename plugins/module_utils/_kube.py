@@ -291,11 +291,23 @@ class NodeClient(_Client):
         return self._call("patch", "%s of Node %s" % (what, name), self.resource.patch, body=body, name=name,
                           content_type="application/merge-patch+json", **self._write_options(check_mode)).to_dict()
 
-    def patch_labels(self, name, changes, resource_version, check_mode=False):
-        """Set (value) or remove (None) labels with a merge patch that fails (409) if the Node moved on."""
-        body = {"metadata": {"labels": changes, "resourceVersion": resource_version}}
-        return self._call("patch", "the labels of Node %s" % name, self.resource.patch, body=body, name=name,
-                          content_type="application/merge-patch+json", **self._write_options(check_mode)).to_dict()
+    def update(self, name, decide, what, check_mode=False, attempts=3):
+        """Reads Node ``name``, asks ``decide(node)`` for a merge patch (None: nothing to change) and
+        applies it; a 409 (the Node changed meanwhile) reads and decides again.
+
+        Returns (node before, node after, the patch or None).
+        """
+        for attempt in range(attempts):
+            node = self.get(name)
+            body = decide(node)
+            if body is None:
+                return node, node, None
+            try:
+                return node, self.patch(name, body, node["metadata"]["resourceVersion"], what, check_mode), body
+            except ScvApiError as error:
+                if not (error.conflict and attempt + 1 < attempts):
+                    raise
+        raise AssertionError("unreachable")
 
 
 UNSUPPORTED_USER_AUTH = (

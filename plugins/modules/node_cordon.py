@@ -113,8 +113,6 @@ from ansible_collections.scv.gpu.plugins.module_utils._kube import (
     ScvApiError,
 )
 
-ATTEMPTS = 3
-
 
 def _view(node):
     return {"unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
@@ -122,21 +120,11 @@ def _view(node):
 
 
 def apply(client, name, state, owner, check_mode):
-    """(before, after, outcome, changed); a 409 (the node changed meanwhile) reads again."""
+    """(before, after, outcome, changed)."""
     decide = cordon if state == "cordoned" else uncordon
-    for attempt in range(ATTEMPTS):
-        node = client.get(name)
-        body, outcome = decide(node, owner)
-        if body is None:
-            return node, node, outcome, False
-        try:
-            patched = client.patch(name, body, node["metadata"]["resourceVersion"], "the cordon", check_mode)
-        except ScvApiError as error:
-            if error.conflict and attempt + 1 < ATTEMPTS:
-                continue
-            raise
-        return node, patched, outcome, True
-    raise AssertionError("unreachable")
+    before, after, body = client.update(name, lambda node: decide(node, owner)[0], "the cordon", check_mode)
+    # the outcome of the node as last read, the one the patch (if any) was made from
+    return before, after, decide(before, owner)[1], body is not None
 
 
 def main():

@@ -115,26 +115,18 @@ from ansible_collections.scv.gpu.plugins.module_utils._node_labels import (
     valid_label_key,
 )
 
-ATTEMPTS = 3
-
 
 def apply(client, name, fact, key, check_mode):
-    """Reads the node and patches our labels; a 409 (the node changed meanwhile) reads again."""
+    """(labels before, labels after, the changes) once our labels are set."""
     desired = desired_labels(fact, key)
-    for attempt in range(ATTEMPTS):
-        node = client.get(name)
-        current = node["metadata"].get("labels") or {}
-        changes = label_changes(current, desired, key)
-        if not changes:
-            return current, current, changes
-        try:
-            patched = client.patch_labels(name, changes, node["metadata"]["resourceVersion"], check_mode)
-        except ScvApiError as error:
-            if error.conflict and attempt + 1 < ATTEMPTS:
-                continue
-            raise
-        return current, patched["metadata"].get("labels") or {}, changes
-    raise AssertionError("unreachable")
+
+    def decide(node):
+        changes = label_changes(node["metadata"].get("labels") or {}, desired, key)
+        return {"metadata": {"labels": changes}} if changes else None
+
+    before, after, body = client.update(name, decide, "the labels", check_mode)
+    return (before["metadata"].get("labels") or {}, after["metadata"].get("labels") or {},
+            body["metadata"]["labels"] if body else {})
 
 
 def main():

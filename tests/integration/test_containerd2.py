@@ -8,16 +8,13 @@ The molecule scenario container_toolkit_containerd2 runs the same binary as a da
 
 from __future__ import annotations
 
-import json
 import pathlib
 import subprocess
-import tomllib
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
 from support import ROOT
+from test_containerd_runtime import dump, run   # the same config dump and in-process module run
 
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 RUNTIME = "io.containerd.cri.v1.runtime"
@@ -31,19 +28,6 @@ def containerd2():
     version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True).stdout
     assert " v2." in version, version
     return binary
-
-
-def dump(containerd, path):
-    done = subprocess.run([str(containerd), "--config", str(path), "config", "dump"],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    return tomllib.loads(done.stdout)
-
-
-def run(capsys, args):
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        containerd_runtime.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
 
 
 def runtime_plugin(config):
