@@ -1,7 +1,7 @@
 """Benchmark of gpu_facts's collection work on the NVML simulator.
 
 Measures, for 1, 8 and 64 simulated GPUs (H100 SXM cards), the wall time of
-one collection (module_utils._nvml.collect, no Ansible start-up), per GPU, and
+one collection (module_utils.nvml.reader.collect, no Ansible start-up), per GPU, and
 the NVML calls it makes per GPU, for gather_subset=all and =min, and the same
 for one read of the agent's long-lived NVML session after its first; each on
 the simulator's real-cost model (what each call costs on a real H100) and on
@@ -32,8 +32,9 @@ sys.path[:0] = [str(ROOT / "build" / "collections"), str(ROOT / "tests")]
 
 from support import COLLECTIONS, SIMULATOR_DIR, scenario_path  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.scv.gpu.plugins.module_utils import _nvml  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import GATHER_SUBSETS  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def simulator():
@@ -63,8 +64,8 @@ def node_scenario(directory, count):
 def measure_collection(library, path, subsets, repeats, session=False):
     """Median seconds and NVML calls of one collection; with ``session``, of one Session read after the first."""
     os.environ["NVMLSIM_CONFIG"] = str(path)
-    reader = _nvml.Session() if session else None
-    read = reader.read if session else _nvml.collect
+    reader = Session() if session else None
+    read = reader.read if session else collect
     read(subsets)  # warm-up: imports, first dlsym lookups; a session's init and static readings
     timings = []
     calls = []

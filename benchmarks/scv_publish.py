@@ -33,8 +33,9 @@ import scenario_expectations as expected  # noqa: E402
 from control_plane import ControlPlane  # noqa: E402
 from support import COLLECTIONS, install_scv_crd  # noqa: E402
 
-from ansible_collections.scv.gpu.plugins.module_utils._kube import ScvClient  # noqa: E402
-from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish  # noqa: E402
+from ansible_collections.scv.gpu.plugins.module_utils.kube.client import ResourceClient  # noqa: E402
+from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish  # noqa: E402
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV  # noqa: E402
 
 
 def request_counts(plane):
@@ -105,7 +106,7 @@ def main():
         plane = ControlPlane(workdir / "plane").start()
         try:
             install_scv_crd(plane)
-            client = ScvClient.connect(kubeconfig=str(plane.admin_kubeconfig))
+            client = ResourceClient.connect(resource=SCV, kubeconfig=str(plane.admin_kubeconfig))
             print("Machine: %s, Python %s, %d CPUs; kube-apiserver %s on 127.0.0.1" % (
                 platform.machine(), platform.python_version(), os.cpu_count(),
                 json.loads(plane.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]))

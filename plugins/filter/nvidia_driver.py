@@ -2,19 +2,17 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Filters behind the nvidia_driver role's choices (see module_utils/_driver.py)."""
+"""Filters behind the nvidia_driver role's choices (see module_utils/host/driver.py)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.scv.gpu.plugins.module_utils._driver import (
+from ansible_collections.scv.gpu.plugins.module_utils.host.driver import (
     PlanError,
     plan,
     reboot_decision,
     reboot_reasons,
-    upstream_version,
-    version_key,
 )
 
 
@@ -48,24 +46,9 @@ def nvidia_driver_reboot(state, policy, connection, driver_changed=False):
     return {"reboot": reboot, "reasons": reasons, "message": message}
 
 
-def nvidia_driver_upstream(version):
-    """'1:580.95.05-1~deb12u1' -> '580.95.05' (None when there is no version)."""
-    return upstream_version(version)
-
-
-def nvidia_driver_version_key(version):
-    """A list of integers that sorts driver versions numerically (for sort and comparisons)."""
-    try:
-        return list(version_key(version))
-    except ValueError as error:
-        raise AnsibleFilterError(str(error)) from None
-
-
 class FilterModule:
     def filters(self):
         return {
             "nvidia_driver_plan": nvidia_driver_plan,
             "nvidia_driver_reboot": nvidia_driver_reboot,
-            "nvidia_driver_upstream": nvidia_driver_upstream,
-            "nvidia_driver_version_key": nvidia_driver_version_key,
         }

@@ -118,13 +118,13 @@ backup_file:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.scv.gpu.plugins.module_utils._containerd import (
+from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import (
     ContainerdConfigError,
     add_runtime,
     parse,
     table_header,
 )
-from ansible_collections.scv.gpu.plugins.module_utils._files import apply_text, read_text
+from ansible_collections.scv.gpu.plugins.module_utils.host.files import apply_text, read_text
 
 
 def main():

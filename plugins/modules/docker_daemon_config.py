@@ -155,7 +155,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
+from ansible_collections.scv.gpu.plugins.module_utils.host.daemon_json import (
     DaemonJsonError,
     canonical,
     conflicts,
@@ -163,9 +163,9 @@ from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
     merge,
     parse,
     render,
-    unit_files,
 )
-from ansible_collections.scv.gpu.plugins.module_utils._files import apply_text, read_text
+from ansible_collections.scv.gpu.plugins.module_utils.host.files import apply_text, read_text
+from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import UNIT_DIRS, unit_files
 
 
 def main():
@@ -179,9 +179,7 @@ def main():
             backup=dict(type="bool", default=False),
             check_unit_flags=dict(type="bool", default=True),
             unit=dict(type="str", default="docker.service"),
-            unit_search_paths=dict(type="list", elements="path", default=[
-                "/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
-                "/usr/lib/systemd/system", "/lib/systemd/system"]),
+            unit_search_paths=dict(type="list", elements="path", default=list(UNIT_DIRS)),
         ),
         add_file_common_args=True,
         supports_check_mode=True,

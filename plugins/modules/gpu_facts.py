@@ -349,9 +349,10 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import parse_gather_subset
-from ansible_collections.scv.gpu.plugins.module_utils._nvml import HAS_PYNVML, PYNVML_IMPORT_ERROR, collect
-from ansible_collections.scv.gpu.plugins.module_utils._pci import nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import parse_gather_subset
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import HAS_PYNVML, PYNVML_IMPORT_ERROR
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpus
 
 
 def main():

@@ -97,21 +97,10 @@ unschedulable:
   sample: true
 """
 
-import copy
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-
-from ansible_collections.scv.gpu.plugins.module_utils._cordon import ANNOTATION, cordon, uncordon
-from ansible_collections.scv.gpu.plugins.module_utils._kube import (
-    DEFAULT_REQUEST_TIMEOUT,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    NodeClient,
-    ScvApiError,
-)
+from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeClient
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
+from ansible_collections.scv.gpu.plugins.module_utils.node.cordon import ANNOTATION, cordon, uncordon
 
 
 def _view(node):
@@ -128,27 +117,19 @@ def apply(client, name, state, owner, check_mode):
 
 
 def main():
-    argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
-    argument_spec.update(
-        request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
+    module = api_module(dict(
         name=dict(type="str", required=True),
         state=dict(type="str", required=True, choices=["cordoned", "uncordoned"]),
         owner=dict(type="str", default="scv.gpu"),
-    )
-    module = AnsibleK8SModule(module_class=AnsibleModule, argument_spec=argument_spec,
-                              supports_check_mode=True, check_k8s=False)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    ))
     params = module.params
-    if params["request_timeout"] <= 0:
-        module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % params["request_timeout"])
     if not params["owner"] or len(params["owner"]) > 253:
         module.fail_json(msg="owner: expected a non-empty name of up to 253 characters, got %r" % params["owner"])
     try:
         client = NodeClient.connect(module)
         before, after, outcome, changed = apply(client, params["name"], params["state"], params["owner"],
                                                 module.check_mode)
-    except ScvApiError as error:
+    except ApiError as error:
         module.fail_json(msg=str(error))
     result = dict(changed=changed, outcome=outcome, unschedulable=_view(after)["unschedulable"])
     if module._diff:

@@ -95,21 +95,10 @@ changes:
   sample: {"nvidia.com/gpu.count": "8", "nvidia.com/mig.capable": null}
 """
 
-import copy
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-
-from ansible_collections.scv.gpu.plugins.module_utils._kube import (
-    DEFAULT_REQUEST_TIMEOUT,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    NodeClient,
-    ScvApiError,
-)
-from ansible_collections.scv.gpu.plugins.module_utils._node_labels import (
+from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeClient
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
+from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
     desired_labels,
     label_changes,
     valid_label_key,
@@ -130,20 +119,12 @@ def apply(client, name, fact, key, check_mode):
 
 
 def main():
-    argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
-    argument_spec.update(
-        request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
+    module = api_module(dict(
         name=dict(type="str", required=True),
         gpu_facts=dict(type="dict", required=True),
         gpu_label_key=dict(type="str", default="gpu/nvidia", no_log=False),
-    )
-    module = AnsibleK8SModule(module_class=AnsibleModule, argument_spec=argument_spec,
-                              supports_check_mode=True, check_k8s=False)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    ))
     params = module.params
-    if params["request_timeout"] <= 0:
-        module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % params["request_timeout"])
     if not valid_label_key(params["gpu_label_key"]):
         module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
                              "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])
@@ -151,7 +132,7 @@ def main():
         client = NodeClient.connect(module)
         before, after, changes = apply(client, params["name"], params["gpu_facts"], params["gpu_label_key"],
                                        module.check_mode)
-    except ScvApiError as error:
+    except ApiError as error:
         module.fail_json(msg=str(error))
     ours = desired_labels(params["gpu_facts"], params["gpu_label_key"])
     result = dict(changed=bool(changes), changes=changes,

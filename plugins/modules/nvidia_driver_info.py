@@ -142,10 +142,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.scv.gpu.plugins.module_utils._driver import upstream_version
-from ansible_collections.scv.gpu.plugins.module_utils._kernel import module_files, module_version, next_kernel, preflight
-from ansible_collections.scv.gpu.plugins.module_utils._nvml import probe_library
-from ansible_collections.scv.gpu.plugins.module_utils._pci import missing_from_nvml, nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.host.driver import upstream_version
+from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import module_files, module_version, next_kernel, preflight
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, nvidia_gpus
 
 
 def _read(path):

@@ -161,46 +161,24 @@ status_updated:
   sample: true
 """
 
-import copy
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-
-from ansible_collections.scv.gpu.plugins.module_utils._kube import (
-    DEFAULT_REQUEST_TIMEOUT,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    ScvApiError,
-    ScvClient,
-)
-from ansible_collections.scv.gpu.plugins.module_utils._scv_publisher import publish, remove
-from ansible_collections.scv.gpu.plugins.module_utils._scv_status import facts_problems, node_name_problem
+from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
+from ansible_collections.scv.gpu.plugins.module_utils.kube.client import ResourceClient
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
+from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, remove
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS, SCV
+from ansible_collections.scv.gpu.plugins.module_utils.scv.status import facts_problems
 
 
 def main():
-    argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
-    argument_spec.update(
-        request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
+    module = api_module(dict(
         name=dict(type="str", required=True),
         gpu_facts=dict(type="dict"),
-        update_interval=dict(type="int", default=1000),
+        update_interval=dict(type="int", default=DEFAULT_UPDATE_INTERVAL_MS),
         force_spec=dict(type="bool", default=False),
         state=dict(type="str", choices=["present", "absent"], default="present"),
-    )
-    module = AnsibleK8SModule(
-        module_class=AnsibleModule,
-        argument_spec=argument_spec,
-        required_if=[("state", "present", ("gpu_facts",))],
-        supports_check_mode=True,
-        check_k8s=False,
-    )
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    ), required_if=[("state", "present", ("gpu_facts",))])
     params = module.params
-    if params["request_timeout"] <= 0:
-        module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % params["request_timeout"])
     name_problem = node_name_problem(params["name"])
     if name_problem:
         module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
@@ -212,13 +190,13 @@ def main():
             module.fail_json(msg="gpu_facts for node %s is not usable: %s" % (params["name"], "; ".join(problems)))
 
     try:
-        client = ScvClient.connect(module)
+        client = ResourceClient.connect(module, SCV)
         if params["state"] == "present":
             result = publish(client, params["name"], params["gpu_facts"], params["update_interval"],
                              params["force_spec"], module.check_mode)
         else:
             result = remove(client, params["name"], module.check_mode)
-    except ScvApiError as error:
+    except ApiError as error:
         module.fail_json(msg=str(error))
 
     for warning in result.pop("warnings", []):

@@ -25,7 +25,7 @@ import sys
 import zipfile
 
 PACKAGE = "ansible_collections.scv.gpu"
-ENTRY_MODULE = PACKAGE + ".plugins.module_utils._scv_agent"
+ENTRY_MODULE = PACKAGE + ".plugins.module_utils.agent.main"
 MAIN = (
     "# The scv-gpu-agent zipapp, built by the scv.gpu collection.\n"
     "import sys\n"

@@ -25,7 +25,9 @@ import yaml
 from control_plane import CertificateAuthority
 from test_scv_agent import AgentProcess, node_for
 
-from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
 
 
 class KubeletPki:
@@ -111,7 +113,7 @@ def test_a_401_reads_the_credentials_again_when_the_change_was_not_seen(access, 
     pki = KubeletPki(plane, node, tmp_path / "pki")
     target = pki.rotate(datetime.timedelta(seconds=6))
     expires = time.monotonic() + 6
-    client = RestScvClient.from_file(str(pki.kubeconfig(tmp_path / "kubelet.conf")), timeout=5)
+    client = RestClient.from_file(str(pki.kubeconfig(tmp_path / "kubelet.conf")), timeout=5, resource=SCV)
     plane.kubectl("delete", "scv", node, "--ignore-not-found")
     assert client.get(node) is None
 
@@ -149,8 +151,8 @@ def _kubeconfig_with_user(plane, user):
 def test_credential_plugins_are_refused_not_sent_without_credentials(access, agent_command, tmp_path, user, named):
     path = tmp_path / "plugin.kubeconfig"
     path.write_text(json.dumps(_kubeconfig_with_user(access, user)))
-    with pytest.raises(ScvApiError) as caught:
-        RestScvClient.from_file(str(path))
+    with pytest.raises(ApiError) as caught:
+        RestClient.from_file(str(path), resource=SCV)
     assert named in str(caught.value) and str(path) in str(caught.value)
 
     done = subprocess.run(agent_command + ["--kubeconfig", str(path), "--node-name", "agent-plugin"],
@@ -181,10 +183,10 @@ def test_inline_keys_never_outlive_the_client_start(access, tmp_path, monkeypatc
     for problem, (key, value) in broken.items():
         bad = json.loads(json.dumps(config))
         (bad["clusters"][0]["cluster"] if key.startswith("certificate") else bad["users"][0]["user"])[key] = value
-        with pytest.raises(ScvApiError):
-            RestScvClient(bad)
+        with pytest.raises(ApiError):
+            RestClient(bad, resource=SCV)
         assert list(scratch.iterdir()) == [], problem
-    client = RestScvClient(config)
+    client = RestClient(config, resource=SCV)
     assert list(scratch.iterdir()) == []
     access.kubectl("delete", "scv", "agent-inline-keys", "--ignore-not-found")
     assert client.get("agent-inline-keys") is None
@@ -232,10 +234,10 @@ def stalled_kubeconfig(plane, server, path):
 
 
 def test_the_agents_requests_give_up_on_a_server_that_never_answers(access, stalled_server, tmp_path):
-    client = RestScvClient.from_file(str(stalled_kubeconfig(access, stalled_server, tmp_path / "k")), timeout=1.5)
+    client = RestClient.from_file(str(stalled_kubeconfig(access, stalled_server, tmp_path / "k")), timeout=1.5, resource=SCV)
     for call in (lambda: client.get("stalled"), lambda: list(client.watch("stalled", "1", 1))):
         start = time.monotonic()
-        with pytest.raises(ScvApiError, match=r"did not answer within (1\.5|2\.5) s"):
+        with pytest.raises(ApiError, match=r"did not answer within (1\.5|2\.5) s"):
             call()
         took = time.monotonic() - start
         assert stalled_server.accepted.is_set()

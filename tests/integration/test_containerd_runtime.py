@@ -15,7 +15,7 @@ import tomllib
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.scv.gpu.plugins.module_utils._containerd import add_runtime
+from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
 from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
 from support import ROOT
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import scenario_expectations as expected
-from ansible_collections.scv.gpu.plugins.module_utils._pci import nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpus
 
 
 def without_pci(fact):

@@ -216,14 +216,16 @@ def test_scv_readme_example_is_accepted_unchanged(scv_crd):
 
 def test_invalid_status_is_rejected_naming_the_field(ansible, scv_crd):
     """The module refuses such facts itself now; a status the server rejects is still explained field by field."""
-    from ansible_collections.scv.gpu.plugins.module_utils._kube import ScvApiError, ScvClient
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.client import ResourceClient
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+    from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
 
     plane, name = scv_crd, node_name(ansible, "invalid")
     assert publish(ansible, plane, name, expected.TITAN_XP)[0]
-    client = ScvClient.connect(kubeconfig=str(plane.admin_kubeconfig), request_timeout=30)
+    client = ResourceClient.connect(resource=SCV, kubeconfig=str(plane.admin_kubeconfig), request_timeout=30)
     body = client.get(name)
     body["status"]["cardList"][0]["health"] = "Broken"
-    with pytest.raises(ScvApiError) as error:
+    with pytest.raises(ApiError) as error:
         client.replace_status(body)
     assert "cannot update the status of Scv %s: the API server rejected it as invalid (422)" % name in str(error.value)
     assert "status.cardList[0].health" in str(error.value)
@@ -278,13 +280,15 @@ def test_crd_not_installed_says_how_to_install(ansible, control_plane):
 
 def test_conflict_is_retried(scv_crd, monkeypatch):
     """A real 409: another writer updates the object between our read and our write."""
-    from ansible_collections.scv.gpu.plugins.module_utils import _kube, _scv_publisher
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.client import ResourceClient
+    from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish
+    from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
 
     plane = scv_crd
     name = "conflict"
     plane.kubectl("delete", "scv", name, "--ignore-not-found")
-    client = _kube.ScvClient.connect(kubeconfig=str(plane.admin_kubeconfig))
-    _scv_publisher.publish(client, name, expected.TITAN_XP, 1000)
+    client = ResourceClient.connect(resource=SCV, kubeconfig=str(plane.admin_kubeconfig))
+    publish(client, name, expected.TITAN_XP, 1000)
 
     reads = []
     original_get = client.get
@@ -299,7 +303,7 @@ def test_conflict_is_retried(scv_crd, monkeypatch):
     monkeypatch.setattr(client, "get", get_then_race)
     facts = copy.deepcopy(expected.TITAN_XP)
     facts["cardList"][0]["freeMemory"] = 1
-    result = _scv_publisher.publish(client, name, facts, 1000)
+    result = publish(client, name, facts, 1000)
     assert result["status_updated"] is True
     assert len(reads) == 2 and reads[0] != reads[1]
     assert get_scv(plane, name)["status"]["cardList"][0]["freeMemory"] == 1

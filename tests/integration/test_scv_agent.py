@@ -349,8 +349,10 @@ def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
 
 
 def test_a_node_cannot_set_another_nodes_condition(access, tmp_path):
-    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
-    from ansible_collections.scv.gpu.plugins.module_utils._node_condition import condition_patch
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
+    from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
+    from ansible_collections.scv.gpu.plugins.module_utils.agent.condition import condition_patch
 
     plane = access
     for name in ("condition-own", "condition-victim"):
@@ -358,11 +360,11 @@ def test_a_node_cannot_set_another_nodes_condition(access, tmp_path):
         plane.kubectl("create", "-f", "-", input_text=json.dumps(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
     try:
-        client = RestScvClient.from_file(str(plane.node_kubeconfig("condition-own")))
+        client = RestClient.from_file(str(plane.node_kubeconfig("condition-own")), resource=SCV)
         patch = condition_patch("False", "GPUUnhealthy", "test", "2026-11-22T00:00:00Z", "2026-11-22T00:00:00Z")
         client.patch_node_status("condition-own", patch)
         assert gpu_condition_of(plane, "condition-own")["status"] == "False"
-        with pytest.raises(ScvApiError) as denied:
+        with pytest.raises(ApiError) as denied:
             client.patch_node_status("condition-victim", patch)
         assert denied.value.status == 403
         assert gpu_condition_of(plane, "condition-victim") is None
@@ -373,16 +375,18 @@ def test_a_node_cannot_set_another_nodes_condition(access, tmp_path):
 
 def test_what_a_node_identity_may_do_to_its_own_taints(access):
     """NodeRestriction lets a kubelet write its Node's status, not its taints: a taint needs another identity."""
-    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient, ScvApiError
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
+    from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
 
     plane = access
     plane.kubectl("delete", "node", "taint-own", "--ignore-not-found")
     plane.kubectl("create", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "taint-own"}}))
     try:
-        client = RestScvClient.from_file(str(plane.node_kubeconfig("taint-own")))
+        client = RestClient.from_file(str(plane.node_kubeconfig("taint-own")), resource=SCV)
         taint = {"spec": {"taints": [{"key": "scv.gpu/unhealthy", "effect": "NoSchedule"}]}}
-        with pytest.raises(ScvApiError) as denied:
+        with pytest.raises(ApiError) as denied:
             client.patch_node("taint-own", taint)
         assert denied.value.status == 403
         assert "is not allowed to modify taints" in str(denied.value)
@@ -468,7 +472,8 @@ def test_rest_client_reads_inline_kubeconfig_data(access, tmp_path):
     import base64
     import glob
 
-    from ansible_collections.scv.gpu.plugins.module_utils._kube import RestScvClient
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
+    from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
 
     plane = access
     config = json.loads(pathlib.Path(plane.node_kubeconfig("agent-inline")).read_text())
@@ -476,7 +481,7 @@ def test_rest_client_reads_inline_kubeconfig_data(access, tmp_path):
     for entry, key in ((cluster, "certificate-authority"), (user, "client-certificate"), (user, "client-key")):
         entry[key + "-data"] = base64.b64encode(pathlib.Path(entry.pop(key)).read_bytes()).decode()
     before = set(glob.glob("/tmp/scv-agent-*"))
-    client = RestScvClient(config)
+    client = RestClient(config, resource=SCV)
     assert set(glob.glob("/tmp/scv-agent-*")) == before   # the inline keys left no files behind
     plane.kubectl("delete", "scv", "agent-inline", "--ignore-not-found")
     assert client.get("agent-inline") is None

@@ -10,7 +10,7 @@ ln -s "$here" "$tmp/ansible_collections/scv/gpu"
 echo "== kernel: running $(uname -r); /sys/module/nvidia/version: $(cat /sys/module/nvidia/version 2>/dev/null || echo none)"
 PYTHONPATH=$tmp python3 - <<'PY'
 import json, os
-from ansible_collections.scv.gpu.plugins.module_utils._kernel import module_files, module_version, next_kernel, preflight
+from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import module_files, module_version, next_kernel, preflight
 release, how = next_kernel("/", os.uname().release)
 modules = [{"path": p, "version": module_version(p)} for p in module_files(release)] if release else []
 print(json.dumps(preflight(release, how, modules, None, os.uname().release), indent=1))

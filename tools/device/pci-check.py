@@ -20,8 +20,8 @@ os.makedirs(os.path.join(collections, "ansible_collections", "scv"))
 os.symlink(root, os.path.join(collections, "ansible_collections", "scv", "gpu"))
 sys.path.insert(0, collections)
 
-from ansible_collections.scv.gpu.plugins.module_utils._nvml import probe_library  # noqa: E402
-from ansible_collections.scv.gpu.plugins.module_utils._pci import missing_from_nvml, nvidia_gpus  # noqa: E402
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library  # noqa: E402
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, nvidia_gpus  # noqa: E402
 
 timings = []
 for _ in range(50):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils._cordon import ANNOTATION, cordon, uncordon
+from ansible_collections.scv.gpu.plugins.module_utils.node.cordon import ANNOTATION, cordon, uncordon
 
 
 def node(unschedulable=False, owner=None):

@@ -8,7 +8,7 @@ import os
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
+from ansible_collections.scv.gpu.plugins.module_utils.host.daemon_json import (
     DaemonJsonError,
     canonical,
     conflicts,
@@ -16,8 +16,8 @@ from ansible_collections.scv.gpu.plugins.module_utils._daemon_json import (
     merge,
     parse,
     render,
-    unit_files,
 )
+from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import unit_files
 
 RUNTIME = "/usr/bin/nvidia-container-runtime"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils._driver import (
+from ansible_collections.scv.gpu.plugins.module_utils.host.driver import (
     DEFAULT_BRANCH,
     PlanError,
     kernel_flavour,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import (
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import (
     bytes_to_mib,
     cuda_version_string,
     gpu_family,

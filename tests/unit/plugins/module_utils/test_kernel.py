@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils._kernel import (
+from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import (
     installed_kernels,
     module_files,
     module_version,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.scv.gpu.plugins.module_utils._node_condition import (
+from ansible_collections.scv.gpu.plugins.module_utils.agent.condition import (
     MESSAGE_LIMIT,
     condition_patch,
     current_condition,
@@ -36,13 +36,6 @@ def test_an_unreadable_nvml_is_false_with_the_reason():
     status, reason, message = gpu_condition(expected.DRIVER_NOT_LOADED)
     assert (status, reason) == ("False", "NVMLUnavailable")
     assert expected.DRIVER_NOT_LOADED["nvml_error"] in message
-
-
-def test_the_scv_status_split_counts_the_unhealthy_cards_too():
-    """The agent's facts may come as the Scv status has them: usable cards and the others apart."""
-    facts = copy.deepcopy(expected.LOST_CARD)
-    facts["unhealthyCardList"] = [facts["cardList"].pop(2)]
-    assert gpu_condition(facts) == gpu_condition(expected.LOST_CARD)
 
 
 def test_a_long_message_is_cut():

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils._node_labels import (
+from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
     GFD_KEYS,
     desired_labels,
     label_changes,

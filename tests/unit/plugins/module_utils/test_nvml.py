@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils import _nvml
-from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import GATHER_SUBSETS
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 
 import scenario_expectations as expected
 from support import scenario_path
@@ -19,7 +19,7 @@ ALL = list(GATHER_SUBSETS)
 @pytest.mark.parametrize("scenario", sorted(expected.BY_SCENARIO))
 def test_scenario_field_by_field(nvml_simulator, scenario):
     nvml_simulator.use(scenario)
-    facts = _nvml.collect(ALL)
+    facts = collect(ALL)
     want = expected.BY_SCENARIO[scenario]
     assert set(facts) == set(want)
     for key in want:
@@ -32,14 +32,14 @@ def test_scenario_field_by_field(nvml_simulator, scenario):
 
 def test_titan_xp_matches_scv_readme(nvml_simulator):
     nvml_simulator.use("titan_xp")
-    card = _nvml.collect(ALL)["cardList"][0]
+    card = collect(ALL)["cardList"][0]
     assert (card["bandwidth"], card["clock"], card["core"], card["power"]) == (15760, 5705, 1911, 250)
     assert (card["id"], card["model"], card["health"]) == (0, "TITAN Xp", "Healthy")
 
 
 def test_every_health_reason_on_its_own_card(nvml_simulator):
     nvml_simulator.use("health_reasons")
-    cards = _nvml.collect(ALL)["cardList"]
+    cards = collect(ALL)["cardList"]
     assert [card["healthReasons"] for card in cards] == expected.HEALTH_REASONS
     assert [card["health"] for card in cards] == [
         "Unhealthy" if reasons else "Healthy" for reasons in expected.HEALTH_REASONS
@@ -48,21 +48,21 @@ def test_every_health_reason_on_its_own_card(nvml_simulator):
 
 def test_failed_query_leaves_the_field_out_but_keeps_the_others(nvml_simulator):
     nvml_simulator.use("health_reasons")
-    card = _nvml.collect(ALL)["cardList"][5]   # memory info answers UNKNOWN
+    card = collect(ALL)["cardList"][5]   # memory info answers UNKNOWN
     assert "totalMemory" not in card and "freeMemory" not in card
     assert (card["clock"], card["core"], card["power"], card["bandwidth"]) == (1215, 1440, 165, 31504)
 
 
 def test_card_needing_reset_is_not_queried_further(nvml_simulator):
     nvml_simulator.use("health_reasons")
-    card = _nvml.collect(ALL)["cardList"][6]   # max clock answers RESET_REQUIRED
+    card = collect(ALL)["cardList"][6]   # max clock answers RESET_REQUIRED
     assert card["totalMemory"] == 24576
     assert "clock" not in card and "power" not in card and "temperature" not in card
 
 
 def test_gather_subset_min_leaves_out_optional_parts(nvml_simulator):
     nvml_simulator.use("a100_mig")
-    card = _nvml.collect([])["cardList"][0]
+    card = collect([])["cardList"][0]
     for key in ("temperature", "gpuUtilization", "memoryUtilization", "powerDraw",
                 "migEnabled", "migPendingEnabled", "migDevices", "processCount"):
         assert key not in card
@@ -73,10 +73,10 @@ def test_gather_subset_min_leaves_out_optional_parts(nvml_simulator):
 def test_gather_subset_costs_fewer_nvml_calls(nvml_simulator):
     nvml_simulator.use("h100_sxm_x8")
     nvml_simulator.reset_calls()
-    _nvml.collect(ALL)
+    collect(ALL)
     everything = nvml_simulator.calls()
     nvml_simulator.reset_calls()
-    _nvml.collect([])
+    collect([])
     minimum = nvml_simulator.calls()
     # Per card: temperature, utilization, power draw, the SM and memory clocks, MIG
     # mode and one process query, which takes a second call (count, then fill) on
@@ -98,7 +98,7 @@ def test_nvml_calls_grow_linearly_with_cards(nvml_simulator, tmp_path, monkeypat
         _write_scenario(scenario, [h100] * n)
         monkeypatch.setenv("NVMLSIM_CONFIG", str(scenario))
         nvml_simulator.reset_calls()
-        facts = _nvml.collect(ALL)
+        facts = collect(ALL)
         counts[n] = nvml_simulator.calls()
         assert facts["cardNumber"] == n
     per_card = counts[1] - counts[0]
@@ -132,7 +132,7 @@ def test_unreadable_scenario_makes_nvml_unavailable_not_a_crash(nvml_simulator, 
     broken = tmp_path / "broken.json"
     broken.write_text('{"devices": [ {"name": "x",, } ]}')
     monkeypatch.setenv("NVMLSIM_CONFIG", str(broken))
-    facts = _nvml.collect(ALL)
+    facts = collect(ALL)
     assert facts["nvml_available"] is False
     assert facts["nvml_error"] == "NVML could not be initialised: Unknown Error"
     assert facts["cardList"] == []
@@ -159,7 +159,7 @@ def test_non_utf8_names_and_uuids_are_made_safe_and_every_card_reported(nvml_sim
         # the simulator copies the file's bytes as they are: put bytes that are not UTF-8 there
         return json.dumps(scenario, ensure_ascii=False).encode().replace("\u00a7".encode(), b"\xff")
     _derived(tmp_path, monkeypatch, "h100_sxm_x8", change)
-    facts = _nvml.collect(ALL)
+    facts = collect(ALL)
     assert len(facts["cardList"]) == 8
     bad = facts["cardList"][2]
     assert bad["model"] == "NVIDIA H100 \ufffdBAD\ufffd" and bad["uuid"] == "GPU-\ufffdBAD\ufffd"
@@ -179,21 +179,21 @@ def test_health_that_could_not_be_checked_says_so(nvml_simulator, tmp_path, monk
     # H100s remap rows and are not asked about retired pages; V100s retire pages.
     retires_pages = function == "nvmlDeviceGetRetiredPagesPendingStatus"
     _derived(tmp_path, monkeypatch, "lost_card" if retires_pages else "h100_sxm_x8", change)
-    card = _nvml.collect(ALL)["cardList"][0]
+    card = collect(ALL)["cardList"][0]
     assert len(card["healthUnchecked"]) == 1 and "no permission to read it" in card["healthUnchecked"][0]
     assert card["healthReasons"] == []
-    assert "healthUnchecked" not in _nvml.collect(ALL)["cardList"][1]
+    assert "healthUnchecked" not in collect(ALL)["cardList"][1]
 
 
 def test_cards_that_remap_rows_are_not_asked_about_retired_pages(nvml_simulator):
     nvml_simulator.use("h100_sxm_x8")
     nvml_simulator.reset_calls()
-    _nvml.collect([])
+    collect([])
     assert nvml_simulator.calls_of("nvmlDeviceGetRemappedRows") == 8
     assert nvml_simulator.calls_of("nvmlDeviceGetRetiredPagesPendingStatus") == 0
     nvml_simulator.use("lost_card")
     nvml_simulator.reset_calls()
-    assert _nvml.collect([])["cardList"][0]["retiredPagesPending"] is False
+    assert collect([])["cardList"][0]["retiredPagesPending"] is False
     assert nvml_simulator.calls_of("nvmlDeviceGetRetiredPagesPendingStatus") == 3   # card 2 is lost
 
 
@@ -201,7 +201,7 @@ def test_mig_failures_are_one_reason_naming_the_devices(nvml_simulator, tmp_path
     def change(scenario):
         scenario["devices"][0].setdefault("errors", {})["nvmlDeviceGetMigDeviceHandleByIndex"] = "UNKNOWN"
     _derived(tmp_path, monkeypatch, "a100_mig", change)
-    card = _nvml.collect(ALL)["cardList"][0]
+    card = collect(ALL)["cardList"][0]
     mig_reasons = [reason for reason in card["healthReasons"] if "MIG" in reason]
     assert len(mig_reasons) == 1, card["healthReasons"]
     assert mig_reasons[0].startswith("MIG devices 0, 1, 2, 3, 4, 5, 6: reading the handle failed: ")
@@ -212,6 +212,6 @@ def test_more_free_memory_than_there_is_is_unhealthy(nvml_simulator, tmp_path, m
         memory = scenario["devices"][0]["memory"]
         memory["free"] = memory["total"] + 2 ** 30
     _derived(tmp_path, monkeypatch, "titan_xp", change)
-    card = _nvml.collect(ALL)["cardList"][0]
+    card = collect(ALL)["cardList"][0]
     assert card["health"] == "Unhealthy"
     assert card["healthReasons"][0].startswith("the memory reading cannot be right: 13218 MiB free")

@@ -12,8 +12,10 @@ from xml.etree import ElementTree
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils import _nvml
-from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import GATHER_SUBSETS
+from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 
 import scenario_expectations as expected
 from support import scenario_path
@@ -55,7 +57,7 @@ def scenario_file(tmp_path, nvml_simulator):
 @pytest.fixture
 def session():
     clock = Clock()
-    started = _nvml.Session(clock=clock)
+    started = Session(clock=clock)
     started.clock_control = clock
     yield started
     started.close()
@@ -198,11 +200,11 @@ def test_the_cost_model_matches_the_real_h100(nvml_simulator):
     nvml_simulator.use("h100_real")
     nvml_simulator.latency("real")
     nvml_simulator.reset_calls()
-    _nvml.collect(ALL)
+    collect(ALL)
     assert 26.0 < nvml_simulator.spent_ms() < 28.0, nvml_simulator.spent_ms()
     nvml_simulator.latency("none")
     nvml_simulator.reset_calls()
-    _nvml.collect(ALL)
+    collect(ALL)
     assert nvml_simulator.spent_ms() == 0
 
 
@@ -213,7 +215,7 @@ def test_a_scenario_sets_its_own_costs(tmp_path, nvml_simulator):
     path.write_text(json.dumps(data))
     nvml_simulator.use(path)
     nvml_simulator.reset_calls()
-    _nvml.collect([])
+    collect([])
     assert nvml_simulator.spent_ms() == pytest.approx(0.7)
 
 
@@ -264,7 +266,7 @@ def test_h100_real_scenario_holds_the_cards_values():
 def test_gather_subset_min_asks_nothing_it_does_not_return(nvml_simulator):
     nvml_simulator.use("a100_mig")
     nvml_simulator.reset_calls()
-    facts = _nvml.collect([])
+    facts = collect([])
     for function in ("nvmlDeviceGetTemperature", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage",
                      "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
                      "nvmlDeviceGetComputeRunningProcesses_v3"):
@@ -275,14 +277,14 @@ def test_gather_subset_min_asks_nothing_it_does_not_return(nvml_simulator):
 
 def test_a_session_reports_every_health_reason_at_every_read(nvml_simulator, session):
     nvml_simulator.use("health_reasons")
-    once = _nvml.collect(ALL)
+    once = collect(ALL)
     for _read in range(3):
         facts = session.read(ALL)
         assert [card["healthReasons"] for card in facts["cardList"]] == expected.HEALTH_REASONS
         assert facts == once
 
 
-def test_an_xid_event_wakes_the_waiter_and_makes_its_card_unhealthy(scenario_file, session):
+def test_an_xid_event_wakes_the_waiter_and_is_logged_for_its_card(scenario_file, session):
     path, data = scenario_file("h100_sxm_x8")
     session.read([])
     assert session.wait_event(200) is None                 # nothing happened: the wait times out
@@ -290,11 +292,21 @@ def test_an_xid_event_wakes_the_waiter_and_makes_its_card_unhealthy(scenario_fil
     write(path, data)
     assert session.wait_event(2000) == (4, 48)
     assert session.wait_event(2000) == (4, 94)
+    assert [(record.xid, record.at[:2]) for record in session.xids.kept(4)] == [(48, "20"), (94, "20")]
+    assert session.xids.last() == {4: 94}
     card = session.read([])["cardList"][4]
+    assert card["health"] == "Healthy"                     # the session logs XIDs; policy is the agent's
+    # the agent's policy: 48 calls for a reset, 94 for nothing; the default hold is 600 s
+    policy = XidPolicy()
+    facts = policy.apply(session.read([]), session.xids, session.clock())
+    card = facts["cardList"][4]
     assert card["health"] == "Unhealthy"
-    assert len(card["healthReasons"]) == 1 and card["healthReasons"][0].startswith("XID 48 at ")   # 94: none
-    session.clock_control.now += 600                       # the default hold
-    assert session.read([])["cardList"][4]["health"] == "Healthy"
+    assert len(card["healthReasons"]) == 1 and card["healthReasons"][0].startswith("XID 48 at ")
+    session.clock_control.now += 600
+    assert policy.apply(session.read([]), session.xids, session.clock())["cardList"][4]["health"] == "Healthy"
+    assert session.xids.kept(4) == []                      # dropped for good once past the hold
+    session.close()
+    assert session.xids.last() == {}                       # a new session starts with an empty log
 
 
 def test_an_xid_from_a_card_that_no_longer_answers_is_still_placed(scenario_file, session):
@@ -305,7 +317,7 @@ def test_an_xid_from_a_card_that_no_longer_answers_is_still_placed(scenario_file
     data["devices"][3]["errors"] = {"*": "GPU_IS_LOST"}
     write(path, data)
     assert session.wait_event(2000) == (3, 79)
-    card = session.read([])["cardList"][3]
+    card = XidPolicy().apply(session.read([]), session.xids, session.clock())["cardList"][3]
     assert card["healthReasons"][0] == expected.LOST and card["healthReasons"][1].startswith("XID 79 at ")
 
 

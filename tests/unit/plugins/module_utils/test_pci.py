@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils._node_labels import desired_labels, pci_labels, sanitise_product
-from ansible_collections.scv.gpu.plugins.module_utils._pci import (
+from ansible_collections.scv.gpu.plugins.module_utils.node.labels import desired_labels, pci_labels, sanitise_product
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import (
     MODELS,
     bus_key,
     missing_from_nvml,

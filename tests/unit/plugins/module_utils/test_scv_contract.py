@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils import _nvml
-from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import GATHER_SUBSETS
-from ansible_collections.scv.gpu.plugins.module_utils._scv_status import desired_status
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
+from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status
 
 import yoda_scheduler as yoda
 from support import SCENARIOS
@@ -46,7 +46,7 @@ def published(request):
     try:
         for name in SCENARIO_NAMES:
             os.environ["NVMLSIM_CONFIG"] = str(scenario_path(name))
-            facts = _nvml.collect(list(GATHER_SUBSETS))
+            facts = collect(list(GATHER_SUBSETS))
             result[name] = (facts, {"metadata": {"name": name}, "status": desired_status(facts)})
     finally:
         if saved is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils._xid import XID_TABLE, action_for, parse_actions, reason_for
+from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XID_TABLE, action_for, parse_actions, reason_for
 
 
 @pytest.mark.parametrize("xid, action", [(48, "reset"), (63, "reset"), (64, "reset"), (74, "reset"), (79, "reboot"),

@@ -4,7 +4,7 @@
 
 """Atomic writes of configuration files that other tools share.
 
-This file is private to the collection (its name starts with ``_``).
+This file is private to the collection (see docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def gpu_condition(facts):
     """(status, reason, message) of the GPUHealthy condition for these facts."""
     if not facts.get("nvml_available"):
         return "False", "NVMLUnavailable", "NVML cannot be read: %s" % (facts.get("nvml_error") or "no reason given")
-    cards = list(facts.get("cardList") or []) + list(facts.get("unhealthyCardList") or [])
+    cards = list(facts.get("cardList") or [])
     unhealthy = [card for card in cards if card.get("health") != "Healthy"]
     if unhealthy:
         parts = ["%s: %s" % (_card_name(card), "; ".join(card.get("healthReasons") or ["no reason given"]))

@@ -4,7 +4,7 @@
 
 """Pure helpers that turn NVML readings into SCV-compatible GPU facts.
 
-This file is private to the collection (its name starts with ``_``): its
+This file is private to the collection (see docs/architecture.md): its
 interface may change without notice. It imports no NVML so that it can be
 unit-tested, and reused by the Scv agent, without a driver.
 """

@@ -4,7 +4,7 @@
 
 """The Scv resource's status, built from the ``nvidia_gpu`` fact of ``gpu_facts``.
 
-This file is private to the collection (its name starts with ``_``). It is pure:
+This file is private to the collection (see docs/architecture.md). It is pure:
 the ``scv`` module and the Scv agent share it, so both publish the same fields
 and decide the same way when a write is due.
 """
@@ -12,13 +12,8 @@ and decide the same way when a write is due.
 from __future__ import annotations
 
 import datetime
-import re
 
-from ansible_collections.scv.gpu.plugins.module_utils._gpu_info import HEALTHY, node_totals
-
-API_VERSION = "core.run-linux.com/v1"
-KIND = "Scv"
-CRD_NAME = "scvs.core.run-linux.com"
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import HEALTHY, node_totals
 
 # SCV's card fields, in SCV's order; ``id`` is the one SCV never omits.
 SCV_CARD_FIELDS = ("id", "model", "totalMemory", "freeMemory", "clock", "core", "power", "bandwidth", "health")
@@ -78,19 +73,7 @@ def now_rfc3339():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# A Node's name (and so its Scv's) is a DNS subdomain (RFC 1123), as the API server checks it.
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 HEALTH_VALUES = ("Healthy", "Unhealthy")
-
-
-def node_name_problem(name):
-    """Why ``name`` cannot be a node's (and its Scv's) name, or None when it can."""
-    if not isinstance(name, str) or not name:
-        return "a node name is needed, got %r" % (name,)
-    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
-        return ("%r is not a Kubernetes node name: lower-case letters, digits, '-' and '.', starting and ending "
-                "with a letter or digit, at most 253 characters" % name)
-    return None
 
 
 def _card_problems(where, card):

@@ -12,6 +12,8 @@ from NVML, so those dashboards work on nodes without DCGM. Beside them it serves
 
 from __future__ import annotations
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import COUNTERS
+
 # (metric, card field, help): gauges as dcgm-exporter names them, from gpu_facts's card fields.
 DCGM_CARD_GAUGES = (
     ("DCGM_FI_DEV_GPU_UTIL", ("gpuUtilization",), "GPU utilization (in %)."),
@@ -70,51 +72,62 @@ def dcgm_labels(card, hostname):
     return [index, card.get("uuid", ""), card.get("pciBusId", ""), "nvidia%s" % index, card.get("model", ""), hostname]
 
 
-class AgentCollector:
-    """A prometheus_client collector over an Agent's last facts, counters and XIDs."""
+# Help texts of the counters that are not the agent's own Counters (see ``agent.counters``).
+_OTHER_COUNTERS = {
+    "scv_agent_api_requests": "API requests made.",
+    "scv_agent_credential_reloads": "Times changed credentials were read from disk.",
+    "scv_agent_nvml_inits": "Times NVML was initialised (once, then after errors that call for it).",
+    "scv_agent_nvml_static_reads": "Times every card's static readings were read.",
+    "scv_agent_nvml_seconds": "Seconds spent reading NVML.",
+}
 
-    def __init__(self, agent):
-        self.agent = agent
+
+class SnapshotCollector:
+    """A prometheus_client collector over what ``snapshot()`` returns: node, facts, last XIDs, counters."""
+
+    def __init__(self, snapshot):
+        self.snapshot = snapshot
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        agent = self.agent
-        cards = (agent.facts or {}).get("cardList") or []
-        hostname = agent.node
+        snapshot = self.snapshot()
+        node = snapshot["node"]
+        cards = (snapshot["facts"] or {}).get("cardList") or []
         for metric, path, text in DCGM_CARD_GAUGES:
             family = GaugeMetricFamily(metric, text, labels=DCGM_LABELS)
             for card in cards:
                 value = _field(card, path)
                 if value is not None:
-                    family.add_metric(dcgm_labels(card, hostname), value)
+                    family.add_metric(dcgm_labels(card, node), value)
             yield family
         xids = GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
                                  labels=DCGM_LABELS)
-        last = agent.session.last_xids()
+        last = snapshot["last_xids"]
         for card in cards:
-            xids.add_metric(dcgm_labels(card, hostname), last.get(card.get("id"), 0))
+            xids.add_metric(dcgm_labels(card, node), last.get(card.get("id"), 0))
         yield xids
 
         for metric, field, text in SCV_CARD_GAUGES:
             family = GaugeMetricFamily(metric, text, labels=("node", "gpu", "uuid"))
             for card in cards:
                 if card.get(field) is not None:
-                    family.add_metric([agent.node, str(card["id"]), card.get("uuid", "")], card[field])
+                    family.add_metric([node, str(card["id"]), card.get("uuid", "")], card[field])
             yield family
         healthy = GaugeMetricFamily("scv_gpu_healthy", "1 when the card is Healthy.", labels=("node", "gpu", "uuid"))
         for card in cards:
-            healthy.add_metric([agent.node, str(card["id"]), card.get("uuid", "")], int(card.get("health") == "Healthy"))
+            healthy.add_metric([node, str(card["id"]), card.get("uuid", "")], int(card.get("health") == "Healthy"))
         yield healthy
 
-        for name, text, value in agent.counter_values():
-            yield CounterMetricFamily(name, text, value=value)
+        helps = dict(_OTHER_COUNTERS, **{"scv_agent_%s" % name: text for name, text in COUNTERS})
+        for name, value in snapshot["counters"].items():
+            yield CounterMetricFamily(name, helps[name], value=value)
 
 
-def exposition(agent):
-    """The Prometheus text of an Agent's metrics."""
+def exposition(snapshot):
+    """The Prometheus text of what ``snapshot()`` (a function) returns."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(AgentCollector(agent))
+    registry.register(SnapshotCollector(snapshot))
     return generate_latest(registry)

@@ -4,24 +4,18 @@
 
 """Publishing one node's Scv: create when missing, write status only when the GPUs changed.
 
-This file is private to the collection (its name starts with ``_``).
+This file is private to the collection (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import copy
 
-from ansible_collections.scv.gpu.plugins.module_utils._kube import ScvApiError
-from ansible_collections.scv.gpu.plugins.module_utils._scv_status import (
-    API_VERSION,
-    KIND,
-    desired_status,
-    needs_update,
-    now_rfc3339,
-)
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, retry_on_conflict
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import API_VERSION, KIND
+from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status, needs_update, now_rfc3339
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "scv.gpu"}
-CONFLICT_ATTEMPTS = 5
 
 
 def view(obj):
@@ -31,21 +25,10 @@ def view(obj):
     return {"spec": obj.get("spec") or {}, "status": obj.get("status") or {}}
 
 
-def _retrying_conflicts(function, *args):
-    """``function(*args)``, started over on a 409 up to CONFLICT_ATTEMPTS times in all."""
-    for _retry in range(CONFLICT_ATTEMPTS - 1):
-        try:
-            return function(*args)
-        except ScvApiError as error:
-            if not error.conflict:
-                raise
-    return function(*args)
-
-
 def publish(client, name, facts, update_interval, force_spec=False, check_mode=False):
     """Make Scv ``name`` describe ``facts`` (the nvidia_gpu fact); see ``_publish_once``."""
-    return _retrying_conflicts(_publish_once, client, name, desired_status(facts), update_interval,
-                               force_spec, check_mode)
+    desired = desired_status(facts)
+    return retry_on_conflict(lambda: _publish_once(client, name, desired, update_interval, force_spec, check_mode))
 
 
 def _publish_once(client, name, desired, update_interval, force_spec, check_mode):
@@ -72,7 +55,7 @@ def _publish_once(client, name, desired, update_interval, force_spec, check_mode
         spec = current.get("spec")
         if spec is not None and not isinstance(spec, dict):
             if not force_spec:
-                raise ScvApiError("Scv %s has a spec that is not an object (a %s), which this module does not edit: "
+                raise ApiError("Scv %s has a spec that is not an object (a %s), which this module does not edit: "
                                   "set force_spec=true to replace it, or fix it (kubectl edit scv %s); nothing was "
                                   "written" % (name, type(spec).__name__, name))
             current = dict(current, spec={})
@@ -95,27 +78,43 @@ def _publish_once(client, name, desired, update_interval, force_spec, check_mode
             # the server could dry-run: report what would be written.
             current = dict(current, status=status)
         else:
-            body = copy.deepcopy(current)
-            body["status"] = status
             try:
-                current = client.replace_status(body, check_mode)
-            except ScvApiError as error:
+                current = write_status(client, current, status, check_mode)
+            except ApiError as error:
                 if result["created"]:
                     _undo_create(client, name, error)
                 raise
         result.update(changed=True, status_updated=True)
 
     result["after"] = view(current)
-    result["scv"] = copy.deepcopy(current)
-    result["scv"].get("metadata", {}).pop("managedFields", None)
+    result["scv"] = _kept(current)
     return result
+
+
+def write_status(client, current, status, check_mode=False):
+    """Writes ``status`` (with its ``updateTime``) over the status of ``current``, the Scv as last read.
+
+    Fails with a conflict (409) when the object moved on since ``current`` was read; returns
+    the object as written, without its managedFields.
+    """
+    body = copy.deepcopy(current)
+    body["status"] = status
+    body.get("metadata", {}).pop("managedFields", None)
+    return _kept(client.replace_status(body, check_mode))
+
+
+def _kept(obj):
+    """A copy of ``obj`` without managedFields, which nobody here reads and which only grow."""
+    kept = copy.deepcopy(obj)
+    kept.get("metadata", {}).pop("managedFields", None)
+    return kept
 
 
 def _undo_create(client, name, error):
     """Delete the Scv just created whose status could not be written: no half-written object stays."""
     try:
         client.delete(name)
-    except ScvApiError as cleanup:
+    except ApiError as cleanup:
         error.args = ("%s; the Scv created a moment before could not be deleted again either (%s): delete it "
                       "by hand (kubectl delete scv %s)" % (error, cleanup, name),)
     else:

@@ -4,7 +4,7 @@
 
 """containerd's config.toml: the nvidia runtime added in place, every other line kept.
 
-This file is private to the collection (its name starts with ``_``). containerd 1.x
+This file is private to the collection (see docs/architecture.md). containerd 1.x
 replaces a whole plugin section with an imported file's (docs/containerd.md), so
 the runtime cannot be a drop-in there: the main file is edited as text, key by
 key, and the result is checked with a TOML parser before anything is written.
@@ -17,6 +17,8 @@ import glob
 import json
 import os
 import re
+
+from ansible_collections.scv.gpu.plugins.module_utils.common.merge import deep_merge
 
 try:
     import tomllib
@@ -253,16 +255,6 @@ def _read(path):
         return handle.read()
 
 
-def _deep_merge(base, extra):
-    merged = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
 def effective_configs(config, version, path, read=_read):
     """{rule: (config as containerd runs it, {plugin: the import that last set it})}, imports merged in.
 
@@ -285,7 +277,7 @@ def effective_configs(config, version, path, read=_read):
                 if rule == "replace" or not isinstance(plugins.get(plugin), dict) or not isinstance(section, dict):
                     plugins[plugin] = copy.deepcopy(section)
                 else:
-                    plugins[plugin] = _deep_merge(plugins[plugin], section)
+                    plugins[plugin] = deep_merge(plugins[plugin], section)
                 sources[plugin] = imported_path
         results[rule] = (merged, sources)
     return results

@@ -4,19 +4,19 @@
 
 """Lossless merging into Docker's daemon.json, and dockerd flags read from systemd units.
 
-This file is private to the collection (its name starts with ``_``). It is pure
+This file is private to the collection (see docs/architecture.md). It is pure
 apart from reading files, so that property-based tests can exercise the merge.
 """
 
 from __future__ import annotations
 
-import copy
-import glob
 import json
 import math
-import os
 import re
 import shlex
+
+from ansible_collections.scv.gpu.plugins.module_utils.common.merge import deep_merge
+from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import environment_file, unit_lines
 
 RUNTIME_NAME = "nvidia"
 # Deeper than any daemon.json Docker reads (its deepest settings nest four levels); deeper
@@ -138,17 +138,6 @@ def canonical(document):
     return json.dumps(document, sort_keys=True, ensure_ascii=True)
 
 
-def _deep_merge(base, extra):
-    """``extra`` merged into a copy of ``base``: objects merge key by key, anything else replaces."""
-    merged = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
 def _contradictions(runtime_path, runtime_args, default_runtime, settings):
     """What ``settings`` asks that the module's own options ask otherwise."""
     found = []
@@ -184,7 +173,7 @@ def merge(document, runtime_path, runtime_args, default_runtime, settings):
     problems = _contradictions(runtime_path, runtime_args, default_runtime, settings or {})
     if problems:
         raise DaemonJsonError("; ".join(problems) + "; nothing was written")
-    merged = _deep_merge(document, settings or {})
+    merged = deep_merge(document, settings or {})
     runtimes = merged.get("runtimes")
     if runtimes is None:
         runtimes = merged["runtimes"] = {}
@@ -240,69 +229,18 @@ _FLAG_KEYS = {
     "storage-opt": "storage-opts",
 }
 
-_UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
-              "/usr/lib/systemd/system", "/lib/systemd/system")
-
-
-def _unit_lines(path):
-    """(key, value) pairs of a unit file's [Service] section, continuation lines joined."""
-    with open(path, encoding="utf-8", errors="replace") as unit:
-        text = unit.read().replace("\\\n", " ")
-    section = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        if section == "Service" and "=" in line:
-            key, value = line.split("=", 1)
-            yield key.strip(), value.strip()
-
-
-def _environment_file(path):
-    variables = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as env:
-            for raw in env:
-                line = raw.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    key, value = line.split("=", 1)
-                    words = shlex.split(value, comments=True) or [""]
-                    variables[key.strip().replace("export ", "")] = " ".join(words)
-    except OSError:
-        pass
-    return variables
-
-
-def unit_files(unit="docker.service", search_paths=_UNIT_DIRS):
-    """The unit file systemd would load and its drop-ins, in the order systemd applies them."""
-    main = None
-    for directory in search_paths:
-        candidate = os.path.join(directory, unit)
-        if os.path.isfile(candidate):
-            main = candidate
-            break
-    dropins = {}
-    for directory in reversed(search_paths):   # a drop-in earlier in the search path overrides a later one
-        for path in glob.glob(os.path.join(directory, unit + ".d", "*.conf")):
-            dropins[os.path.basename(path)] = path
-    return ([main] if main else []) + [dropins[name] for name in sorted(dropins)]
-
-
 def dockerd_flags(files):
     """{daemon.json key: "file: flag"} for the flags of dockerd's effective ExecStart."""
     exec_start, environment, source = [], {}, None
     for path in files:
-        for key, value in _unit_lines(path):
+        for key, value in unit_lines(path):
             if key == "ExecStart":
                 if value:
                     exec_start, source = [value], path
                 else:
                     exec_start, source = [], None   # an empty ExecStart= resets the list
             elif key == "EnvironmentFile":
-                environment.update(_environment_file(value.lstrip("-")))
+                environment.update(environment_file(value.lstrip("-")))
             elif key == "Environment":
                 for assignment in shlex.split(value):
                     if "=" in assignment:

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""What common NVIDIA XID errors mean and what they call for (private to the collection).
+"""What common NVIDIA XID errors mean, what they call for, and how they mark a card (private to the collection).
 
 The meanings follow NVIDIA's XID catalogue. An action says what a card needs after the XID:
 
@@ -11,6 +11,7 @@ The meanings follow NVIDIA's XID catalogue. An action says what a card needs aft
 - ``none``: the application's own fault or a warning to watch; the card stays Healthy.
 
 An XID not in the table counts as ``none``. Sites change actions per XID (``parse_actions``).
+:class:`XidPolicy` applies the table to the XIDs an NVML session logged (``nvml.events.XidLog``).
 """
 
 from __future__ import annotations
@@ -63,3 +64,35 @@ def reason_for(xid, at, overrides=None):
         return None
     meaning = XID_TABLE.get(xid, ("an XID error",))[0]
     return "XID %d at %s: %s; %s" % (xid, at, meaning, _ADVICE[action])
+
+
+class XidPolicy:
+    """Marks cards Unhealthy for the XIDs that call for a reset or a reboot, for ``hold_s`` seconds.
+
+    ``hold_s`` 0 keeps an XID while the NVML session that saw it lasts (a new session starts
+    with an empty log). ``clock`` is the session's clock.
+    """
+
+    def __init__(self, actions=None, hold_s=600.0):
+        self.actions = dict(actions or {})
+        self.hold_s = hold_s
+
+    def reasons(self, log, index, now):
+        """The health reasons of card ``index`` from ``log``; XIDs older than the hold are dropped from it."""
+        records = log.kept(index, newer_than=now - self.hold_s if self.hold_s else None)
+        reasons = []
+        for record in records:
+            reason = reason_for(record.xid, record.at, self.actions)
+            if reason and reason not in reasons:
+                reasons.append(reason)
+        return reasons
+
+    def apply(self, facts, log, now):
+        """Adds the XIDs' reasons to the cards of ``facts`` (the nvidia_gpu fact), in place."""
+        for card in facts.get("cardList") or []:
+            reasons = self.reasons(log, card.get("id"), now)
+            if reasons:
+                card["healthReasons"] = list(card.get("healthReasons") or []) + reasons
+                card["health"] = "Unhealthy"
+        return facts
+

@@ -1,0 +1,222 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The agent's configuration: command-line flags, environment variables and an optional file (private).
+
+Each setting is looked for, first to last: its flag (``--default-interval``), its environment
+variable (``SCV_GPU_AGENT_DEFAULT_INTERVAL``), the configuration file named by ``--config`` or
+``SCV_GPU_AGENT_CONFIG`` (YAML or JSON, keys spelled as the flags without dashes in front:
+``default-interval: 2000``), then its default. SIGHUP reads the environment of the process and
+the file again; settings marked reloadable take effect at once, the others at the next start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import parse_actions
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
+
+ENV_PREFIX = "SCV_GPU_AGENT_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message names it, where it came from, and what is allowed."""
+
+
+def _boolean(text):
+    if isinstance(text, bool):
+        return text
+    lowered = str(text).strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _positive(kind, minimum, inclusive=True):
+    def convert(text):
+        if isinstance(text, bool):
+            raise ValueError("expected a number")
+        value = kind(text)
+        if value < minimum or (not inclusive and value == minimum):
+            raise ValueError("expected a number %s %s" % (">=" if inclusive else ">", minimum))
+        return value
+    return convert
+
+
+def _log_level(text):
+    level = str(text).upper()
+    if level not in LOG_LEVELS:
+        raise ValueError("expected one of %s" % ", ".join(LOG_LEVELS))
+    return level
+
+
+def _address(text):
+    """``host:port`` (an empty host means 127.0.0.1); '' turns the endpoint off."""
+    text = str(text)
+    if not text:
+        return ""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected host:port (for example 127.0.0.1:9400), or '' for none")
+    return "%s:%s" % (host.strip("[]") or "127.0.0.1", port)
+
+
+def _xid_actions(value):
+    """{xid: action} from a list of ``XID=ACTION`` (flags, environment: comma-separated) or a mapping."""
+    if isinstance(value, dict):
+        value = ["%s=%s" % item for item in value.items()]
+    elif isinstance(value, str):
+        value = [item for item in value.replace(",", " ").split() if item]
+    return parse_actions(value)
+
+
+def _node_name_default():
+    return os.environ.get("NODE_NAME") or socket.gethostname().lower()
+
+
+# (name, convert, default, reloadable, help); the default may be a function, called when needed.
+OPTIONS = (
+    ("kubeconfig", str, "/etc/kubernetes/kubelet.conf", False,
+     "kubeconfig to authenticate with (default: the kubelet's, so the node writes as itself)"),
+    ("node-name", str, _node_name_default, False, "the Kubernetes node name (default: $NODE_NAME, else the host name)"),
+    ("default-interval", _positive(int, 1), DEFAULT_UPDATE_INTERVAL_MS, True,
+     "spec.updateInterval (ms) for an Scv the agent creates, and the interval while the Scv has none"),
+    ("watch-timeout", _positive(int, 1), 300, True, "seconds per watch request"),
+    ("request-timeout", _positive(float, 0, inclusive=False), 10.0, False,
+     "seconds to wait for the API server's answer before a request fails"),
+    ("static-refresh", _positive(float, 0), 600.0, True,
+     "seconds between reads of each card's static readings (identity, maximum clocks, power limit, PCIe, ECC and "
+     "MIG mode); NVML errors that call for it read them at once"),
+    ("node-condition", _boolean, True, False,
+     "set the GPUHealthy condition on the node's Node and emit Events (--no-node-condition: do not)"),
+    ("xid-actions", _xid_actions, dict, True,
+     "what an XID calls for: none (the card stays Healthy), reset or reboot (the card is Unhealthy); overrides the "
+     "built-in table (flag: --xid-action XID=ACTION, repeated)"),
+    ("xid-hold", _positive(float, 0), 600.0, True,
+     "seconds an XID that calls for a reset or reboot keeps its card Unhealthy (0: until NVML is initialised again)"),
+    ("taint-kubeconfig", str, "", False,
+     "kubeconfig of an identity allowed to taint Nodes (a node's own is not): with it, the agent puts "
+     "scv.gpu/gpu-unhealthy:NoSchedule on its Node while GPUHealthy is False (off when empty)"),
+    ("metrics-address", _address, "", False,
+     "host:port for Prometheus metrics (/metrics) and the health check (/healthz); off when empty"),
+    ("log-level", _log_level, "INFO", True, "DEBUG, INFO, WARNING or ERROR"),
+)
+NAMES = tuple(option[0] for option in OPTIONS)
+
+
+def env_name(name):
+    return ENV_PREFIX + name.upper().replace("-", "_")
+
+
+def parser(description):
+    """The command line: every option, with no defaults filled in (so that what was given is known)."""
+    parsed = argparse.ArgumentParser(prog="scv-gpu-agent", description=description,
+                                     argument_default=argparse.SUPPRESS,
+                                     epilog="Every option can also come from %s<NAME> or the configuration file; "
+                                            "flags win, then the environment, then the file." % ENV_PREFIX)
+    parsed.add_argument("--config", help="a YAML or JSON file of settings, keys named as these options "
+                                         "(default: $%s)" % env_name("config"))
+    for name, _convert, default, reloadable, text in OPTIONS:
+        text = "%s%s" % (text, "" if reloadable else " [read at start only]")
+        if name == "node-condition":
+            parsed.add_argument("--no-node-condition", dest="node-condition", action="store_false", help=text)
+        elif name == "xid-actions":
+            parsed.add_argument("--xid-action", dest="xid-actions", action="append", metavar="XID=ACTION", help=text)
+        else:
+            shown = "" if callable(default) else " (default: %s)" % (default if default != "" else "none")
+            parsed.add_argument("--" + name, dest=name, help=text + shown)
+    return parsed
+
+
+def read_file(path):
+    """The settings of a configuration file, as {name: value}; ConfigError when it cannot be used."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise ConfigError("cannot read the configuration file %s: %s" % (path, error.strerror)) from error
+    try:
+        import yaml
+    except ImportError:
+        yaml = None
+    try:
+        document = yaml.safe_load(text) if yaml is not None else json.loads(text)
+    except ValueError as error:
+        raise ConfigError("%s is not JSON (PyYAML is not installed to read YAML): %s" % (path, error)) from error
+    except Exception as error:  # pylint: disable=broad-exception-caught
+        if yaml is None or not isinstance(error, yaml.YAMLError):
+            raise
+        raise ConfigError("%s is not YAML: %s" % (path, error)) from error
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise ConfigError("%s: expected a mapping of settings, got %s" % (path, type(document).__name__))
+    settings = {}
+    for key, value in document.items():
+        name = str(key).replace("_", "-")
+        if name not in NAMES:
+            raise ConfigError("%s: unknown setting %r; known: %s" % (path, key, ", ".join(NAMES)))
+        settings[name] = value
+    return settings
+
+
+class Config:
+    """The effective settings (``values``) and where each came from (``sources``)."""
+
+    def __init__(self, values, sources, path):
+        self.values = values
+        self.sources = sources
+        self.path = path
+
+    def __getitem__(self, name):
+        return self.values[name]
+
+    def describe(self):
+        """One line: every setting, its value and its source, for the log."""
+        return ", ".join("%s=%s (%s)" % (name, json.dumps(self.values[name], sort_keys=True), self.sources[name])
+                         for name in NAMES)
+
+    def changed(self, other):
+        """The names whose value differs in ``other``."""
+        return [name for name in NAMES if self.values[name] != other.values[name]]
+
+
+def load(flags, environ=None):
+    """The effective Config from parsed ``flags`` (a dict of what was given), the environment and the file."""
+    environ = os.environ if environ is None else environ
+    path = flags.get("config") or environ.get(env_name("config")) or None
+    from_file = read_file(path) if path else {}
+    values, sources = {}, {}
+    for name, convert, default, _reloadable, _text in OPTIONS:
+        if name in flags:
+            raw, source = flags[name], "flag --%s" % ("xid-action" if name == "xid-actions" else name)
+        elif env_name(name) in environ:
+            raw, source = environ[env_name(name)], "environment %s" % env_name(name)
+        elif name in from_file:
+            raw, source = from_file[name], "file %s" % path
+        else:
+            values[name], sources[name] = default() if callable(default) else default, "default"
+            continue
+        try:
+            values[name] = convert(raw)
+        except (TypeError, ValueError) as error:
+            raise ConfigError("%s from the %s: %r cannot be used: %s" % (name, source, raw, error)) from error
+        sources[name] = source
+    return Config(values, sources, path)
+
+
+def reloadable(name):
+    return next(option[3] for option in OPTIONS if option[0] == name)
+
+
+def apply_log_level(level):
+    logging.getLogger().setLevel(level)

@@ -1,0 +1,238 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The Scv agent's loop: keeps one node's Scv current between playbook runs (private to the collection).
+
+Every ``spec.updateInterval`` milliseconds it reads NVML through an ``nvml.session.Session`` (the
+code behind gpu_facts, with NVML kept initialised and each card's static readings read once) and
+writes the status subresource only when SCV's compared data changed. The last object written
+is kept in memory, so an unchanged tick costs no API request. A watch on the node's own Scv
+brings spec changes and deletions; a deleted Scv is created again at the next tick. API errors
+back off and retry; GPU errors become Unhealthy cards; XIDs wake the loop at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
+from ansible_collections.scv.gpu.plugins.module_utils.agent.health import NodeCondition, NodeTaint
+from ansible_collections.scv.gpu.plugins.module_utils.agent.watch import MAX_BACKOFF_S, ScvState, ScvWatch
+from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, write_status
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
+from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status, needs_update, now_rfc3339
+
+LOG = logging.getLogger("scv-gpu-agent")
+MIN_INTERVAL_MS = 100
+XID_WAIT_MS = 1000
+
+
+class Agent:
+    """One node's publishing loop.
+
+    ``client`` is a ``kube.rest_client.RestClient`` for Scv objects (or anything with its
+    methods); ``taint_client`` one with an identity allowed to taint Nodes, or None.
+    ``notify`` is called with systemd's notification words (``agent.sdnotify``).
+    """
+
+    def __init__(self, client, node, session, default_interval_ms=DEFAULT_UPDATE_INTERVAL_MS, watch_timeout=300,
+                 metrics=False, xid_policy=None, node_condition=True, taint_client=None, notify=None):
+        self.client = client
+        self.node = node
+        self.session = session
+        self.default_interval_ms = default_interval_ms
+        self.metrics = metrics
+        self.xid_policy = xid_policy or XidPolicy()
+        self.counters = Counters()
+        self.notify = notify or (lambda *_words: None)
+        self.nvml_seconds = 0.0
+        self.failures = 0
+        self.state = ScvState()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.watch = ScvWatch(client, node, self.state, self.wake, self.stopping, watch_timeout)
+        self.condition = NodeCondition(client, node, self.counters) if node_condition else None
+        self.taint = NodeTaint(taint_client, node, self.counters) if taint_client is not None else None
+        self.last_tick_at = None      # time.monotonic() of the last tick that ended
+        self._facts = None
+        self._facts_lock = threading.Lock()
+        self._reload = None           # a function that applies a new configuration, set by SIGHUP
+        self._xid_waiter = None
+
+    # ------------------------------------------------------------------ loop
+
+    def interval_s(self):
+        interval = self.state.interval()
+        if not isinstance(interval, int) or isinstance(interval, bool):
+            interval = self.default_interval_ms
+        return max(interval, MIN_INTERVAL_MS) / 1000.0
+
+    def run(self, watchdog_s=None):
+        """Ticks until stopped; tells systemd it is ready after the first tick, and pings its watchdog.
+
+        ``watchdog_s`` (systemd's WatchdogSec) bounds every wait to half of it, so a tick that
+        hangs is the only thing that keeps the watchdog from being fed.
+        """
+        LOG.info("publishing Scv %s to %s", self.node, self.client.server)
+        self._xid_waiter = threading.Thread(target=self._wait_for_xids, name="nvml-events", daemon=True)
+        self._xid_waiter.start()
+        ready = False
+        while not self.stopping.is_set():
+            self.wake.clear()
+            reload = self._reload
+            if reload is not None:
+                self._reload = None
+                reload()
+                self.notify("READY=1")
+            delay = self.tick()
+            if not ready:
+                self.notify("READY=1", "STATUS=publishing Scv %s" % self.node)
+                ready = True
+            self._sleep(delay, watchdog_s)
+        self.notify("STOPPING=1")
+        if self._xid_waiter is not None:
+            self._xid_waiter.join(timeout=2)
+        self.session.close()
+        LOG.info("stopped")
+
+    def _sleep(self, delay, watchdog_s):
+        deadline = time.monotonic() + delay
+        while True:
+            self.notify("WATCHDOG=1")
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stopping.is_set():
+                return
+            if self.wake.wait(min(left, watchdog_s / 2.0) if watchdog_s else left):
+                return
+
+    def stop(self, *_args):
+        self.stopping.set()
+        self.wake.set()
+
+    def request_reload(self, apply):
+        """Runs ``apply()`` in the loop's thread before its next tick, which comes at once."""
+        self._reload = apply
+        self.notify("RELOADING=1")
+        self.wake.set()
+
+    def tick(self):
+        """One round; returns the seconds until the next."""
+        self.counters.bump("ticks")
+        try:
+            facts = self._read()
+        except Exception as error:  # pylint: disable=broad-exception-caught
+            # nvml turns GPU errors into Unhealthy cards; anything else must not end the agent.
+            LOG.error("reading NVML failed: %s", error)
+            self.counters.bump("errors")
+            self.session.close()
+            return self._ticked(self.interval_s())
+        if self.condition is not None:
+            self.condition.update(facts)
+        if self.taint is not None:
+            self.taint.update(facts)
+        try:
+            self._publish(facts)
+        except ApiError as error:
+            self.counters.bump("errors")
+            self.failures += 1
+            backoff = min(MAX_BACKOFF_S, self.interval_s() * 2 ** min(self.failures, 10))
+            LOG.warning("%s; trying again in %.1f s", error, backoff)
+            return self._ticked(backoff)
+        if self.failures:
+            LOG.info("the API server answers again")
+        self.failures = 0
+        self.watch.ensure()
+        return self._ticked(self.interval_s())
+
+    def _ticked(self, delay):
+        self.last_tick_at = time.monotonic()
+        return delay
+
+    def _read(self):
+        inits = self.session.inits
+        started = time.perf_counter()
+        try:
+            facts = self.session.read(["telemetry"] if self.metrics else [])
+        finally:
+            self.nvml_seconds += time.perf_counter() - started
+        if self.session.inits > inits > 0:
+            LOG.warning("NVML initialised anew: %s", self.session.last_reinit_reason)
+        self.xid_policy.apply(facts, self.session.xids, self.session.clock())
+        with self._facts_lock:
+            self._facts = facts
+        return facts
+
+    def _publish(self, facts):
+        """Writes the status when it changed: from the object held when there is one, else by reading it.
+
+        A write that meets a changed (409) or deleted (404) object falls back to ``publish``,
+        the read-compare-write cycle with the collection's one conflict policy.
+        """
+        current, recreate = self.state.get()
+        if current is not None and not recreate:
+            desired = desired_status(facts)
+            if not needs_update(current.get("status"), desired):
+                return
+            try:
+                self.state.set(write_status(self.client, current, dict(desired, updateTime=now_rfc3339())))
+                self.counters.bump("writes")
+                LOG.info("wrote the status of Scv %s", self.node)
+                return
+            except ApiError as error:
+                if error.status not in (404, 409):
+                    raise
+                LOG.info("%s; reading it again", error)
+        result = publish(self.client, self.node, facts, self.default_interval_ms)
+        self.state.set(result["scv"])
+        if result["created"]:
+            self.counters.bump("creates")
+            LOG.info("created Scv %s", self.node)
+        if result["status_updated"]:
+            self.counters.bump("writes")
+
+    def _wait_for_xids(self):
+        """Blocks on NVML's events; an XID wakes the loop at once, so it reaches the Scv and the Node within a tick."""
+        while not self.stopping.is_set():
+            try:
+                event = self.session.wait_event(XID_WAIT_MS)
+            except Exception as error:  # pylint: disable=broad-exception-caught
+                LOG.warning("waiting for NVML events failed: %s", error)
+                self.stopping.wait(1)
+                continue
+            if event is not None:
+                index, xid = event
+                self.counters.bump("xid_events")
+                LOG.warning("XID %d on GPU %s", xid, index)
+                self.wake.set()
+
+    # ------------------------------------------------------- what others read
+
+    def snapshot(self):
+        """What the metrics serve, read at one instant: facts, last XIDs and every counter."""
+        with self._facts_lock:
+            facts = self._facts
+        values = {"scv_agent_%s" % name: value for name, value in self.counters.values().items()}
+        values.update(
+            scv_agent_api_requests=self.client.requests,
+            scv_agent_credential_reloads=getattr(self.client, "reloads", 0),
+            scv_agent_nvml_inits=self.session.inits,
+            scv_agent_nvml_static_reads=self.session.static_reads,
+            scv_agent_nvml_seconds=self.nvml_seconds,
+        )
+        return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values}
+
+    def health(self, now=None):
+        """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""
+        now = time.monotonic() if now is None else now
+        grace = max(60.0, 3 * self.interval_s(), MAX_BACKOFF_S * 2)
+        if self.last_tick_at is None:
+            return True, "starting"
+        age = now - self.last_tick_at
+        if age > grace:
+            return False, "no tick for %.0f s (more than %.0f s)" % (age, grace)
+        return True, "last tick %.1f s ago; %d API failures in a row" % (age, self.failures)

@@ -1,0 +1,114 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""scv-gpu-agent: keeps this node's Scv, and its GPUHealthy condition, current between playbook runs.
+
+The entry point of the zipapp that the scv.gpu.scv_agent role installs (private to the collection).
+SIGTERM and SIGINT end it cleanly; SIGHUP (``systemctl reload``) reads its configuration again.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent import config as configuration
+from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
+from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
+from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
+from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
+from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import NODE
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
+
+LOG = logging.getLogger("scv-gpu-agent")
+
+
+def build(config, notify):
+    """The Agent the configuration describes; ApiError when a kubeconfig cannot be used."""
+    client = RestClient.from_file(config["kubeconfig"], timeout=config["request-timeout"], resource=SCV)
+    taint_client = None
+    if config["taint-kubeconfig"]:
+        taint_client = RestClient.from_file(config["taint-kubeconfig"], timeout=config["request-timeout"],
+                                            resource=NODE)
+    return Agent(client, config["node-name"], Session(static_refresh_s=config["static-refresh"]),
+                 default_interval_ms=config["default-interval"], watch_timeout=config["watch-timeout"],
+                 metrics=bool(config["metrics-address"]),
+                 xid_policy=XidPolicy(config["xid-actions"], config["xid-hold"]),
+                 node_condition=config["node-condition"], taint_client=taint_client, notify=notify)
+
+
+def apply(agent, config):
+    """Puts the reloadable settings of ``config`` into a running agent."""
+    configuration.apply_log_level(config["log-level"])
+    agent.default_interval_ms = config["default-interval"]
+    agent.watch.timeout = config["watch-timeout"]
+    agent.session.static_refresh_s = config["static-refresh"]
+    agent.xid_policy.actions = dict(config["xid-actions"])
+    agent.xid_policy.hold_s = config["xid-hold"]
+
+
+class Reloader:
+    """SIGHUP: the environment and the file read again, in the agent's own thread."""
+
+    def __init__(self, agent, flags, config):
+        self.agent, self.flags, self.config = agent, flags, config
+
+    def __call__(self, *_args):
+        self.agent.request_reload(self.reload)
+
+    def reload(self):
+        try:
+            new = configuration.load(self.flags)
+        except configuration.ConfigError as error:
+            LOG.error("SIGHUP: keeping the configuration in use: %s", error)
+            return
+        changed = self.config.changed(new)
+        later = [name for name in changed if not configuration.reloadable(name)]
+        for name in later:   # kept as they are until the next start
+            new.values[name], new.sources[name] = self.config.values[name], self.config.sources[name]
+        apply(self.agent, new)
+        self.config = new
+        self.agent.counters.bump("reloads")
+        LOG.info("SIGHUP: configuration read again; changed: %s", ", ".join(changed) or "nothing")
+        if later:
+            LOG.warning("SIGHUP: %s take effect at the next start (systemctl restart scv-gpu-agent)",
+                        ", ".join(later))
+
+
+def main(argv=None):
+    parser = configuration.parser(__doc__.split("\n\n", 1)[0])
+    flags = vars(parser.parse_args(argv))
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        config = configuration.load(flags)
+    except configuration.ConfigError as error:
+        parser.error(str(error))
+    configuration.apply_log_level(config["log-level"])
+    LOG.info("effective configuration: %s", config.describe())
+    notify = Notifier()
+    try:
+        agent = build(config, notify)
+    except ApiError as error:
+        LOG.error("%s", error)
+        return 2
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    signal.signal(signal.SIGHUP, Reloader(agent, flags, config))
+    if config["metrics-address"]:
+        host, _sep, port = config["metrics-address"].rpartition(":")
+        try:
+            serve(agent, host, int(port))
+        except OSError as error:
+            LOG.error("cannot serve metrics on %s: %s", config["metrics-address"], error.strerror)
+            return 2
+    agent.run(watchdog_s=notify.watchdog_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

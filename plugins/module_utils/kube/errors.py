@@ -1,0 +1,59 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Failed Kubernetes API calls, explained: the error type both clients raise (private)."""
+
+from __future__ import annotations
+
+import json
+
+# The one conflict policy: a read-decide-write cycle that meets a 409 starts over, this many times in all.
+CONFLICT_ATTEMPTS = 5
+
+
+class ApiError(Exception):
+    """A failed API call, explained. ``conflict`` is True for HTTP 409; ``status`` is the HTTP status if any."""
+
+    def __init__(self, message, conflict=False, status=None):
+        super().__init__(message)
+        self.conflict = conflict
+        self.status = status
+
+
+def missing_definition(resource, server):
+    """The error for a custom resource whose definition the API server does not serve."""
+    return ApiError("the %s custom resource definition is not installed on %s (the API server does not serve "
+                    "%s %s): %s" % (resource.crd_name, server, resource.api_version, resource.kind,
+                                    resource.install_hint))
+
+
+def is_missing_object(body):
+    """Whether a 404's body is a Status for an object that does not exist (an unserved resource has none)."""
+    try:
+        return json.loads(body).get("reason") == "NotFound"
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def causes(body):
+    """The fields a 422's Status names, as ``field: message`` lines."""
+    try:
+        details = json.loads(body).get("details") or {}
+    except (TypeError, ValueError, AttributeError):
+        return []
+    return ["%s: %s" % (cause.get("field", "?"), cause.get("message", "")) for cause in details.get("causes", [])]
+
+
+def retry_on_conflict(cycle, attempts=CONFLICT_ATTEMPTS):
+    """``cycle()``, started over when it fails with a conflict (409), ``attempts`` times in all.
+
+    ``cycle`` must read what it decides from: a conflict means the object moved on meanwhile.
+    """
+    for attempt in range(attempts):
+        try:
+            return cycle()
+        except ApiError as error:
+            if not (error.conflict and attempt + 1 < attempts):
+                raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,160 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The Scv agent's Kubernetes client: HTTPS with the standard library only (private).
+
+It runs on each node, where neither Ansible nor the kubernetes package is installed (and would
+cost memory). It has the methods of ``client.ResourceClient`` (so ``scv.publisher`` works with
+either), a watch, and the few Node calls the agent makes. Credentials come from
+``kubeconfig.Credentials`` and follow their files when they are rotated.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import socket
+import urllib.parse
+
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, is_missing_object, missing_definition
+from ansible_collections.scv.gpu.plugins.module_utils.kube.kubeconfig import Credentials, file_signature, load_kubeconfig
+
+FIELD_MANAGER = "scv.gpu"
+USER_AGENT = "scv-gpu-agent"
+_NO_DEFAULT = object()
+
+
+class RestTransport:
+    """Requests to one API server with one kubeconfig's credentials, read again when their files change.
+
+    ``kubeconfig`` is a parsed kubeconfig dict; file paths in it are relative to ``base_dir``.
+    ``from_file`` reads a kubeconfig file and reads it again when it changes.
+
+    Before each connection the transport looks at the kubeconfig and the certificate, key and
+    token files (a kubelet's ``kubelet-client-current.pem`` is a symlink that rotation points
+    elsewhere) and reads them again when one changed; a 401 or 403 makes it read them again
+    and retry once when they differ. Every request gives up after ``timeout`` seconds without
+    an answer.
+    """
+
+    def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None):
+        self._path_name = path
+        self._base_dir = base_dir
+        self._timeout = timeout
+        self._origin = "the kubeconfig %s" % path if path else "the kubeconfig"
+        self._config_signature = file_signature(path) if path else None
+        self._credentials = Credentials(kubeconfig, base_dir, self._origin)
+        self._signatures = {name: file_signature(name) for name in self._credentials.files}
+        self.server = self._credentials.server
+        self.requests = 0
+        self.reloads = 0
+
+    @classmethod
+    def from_file(cls, path, timeout=10.0, **options):
+        path = os.path.abspath(path)
+        try:
+            kubeconfig = load_kubeconfig(path)
+        except (OSError, ValueError) as error:
+            raise ApiError("cannot read the kubeconfig %s: %s" % (path, error)) from error
+        return cls(kubeconfig, os.path.dirname(path), timeout, path=path, **options)
+
+    def _changed_on_disk(self):
+        if self._path_name and file_signature(self._path_name) != self._config_signature:
+            return True
+        return any(file_signature(name) != signature for name, signature in self._signatures.items())
+
+    def reload(self, force=False):
+        """Reads the credentials again when their files changed (or ``force``); True when they differ now.
+
+        A reading that fails (a rotation caught half-way) keeps the credentials in use and says why.
+        A client made from a kubeconfig dict (no file) has nothing to read again.
+        """
+        if not self._path_name or not (force or self._changed_on_disk()):
+            return False
+        config_signature = file_signature(self._path_name)
+        try:
+            try:
+                kubeconfig = load_kubeconfig(self._path_name)
+            except (OSError, ValueError) as error:
+                raise ApiError("cannot read the kubeconfig %s: %s" % (self._path_name, error)) from error
+            credentials = Credentials(kubeconfig, self._base_dir, self._origin)
+        except ApiError as error:
+            logging.getLogger("scv-gpu-agent").warning("keeping the credentials in use: %s", error)
+            return False
+        changed = credentials.fingerprint != self._credentials.fingerprint or credentials.server != self.server
+        self._credentials, self._config_signature = credentials, config_signature
+        self._signatures = {name: file_signature(name) for name in credentials.files}
+        self.server = credentials.server
+        if changed:
+            self.reloads += 1
+        return changed
+
+    def connection(self, timeout=None):
+        self.reload()
+        credentials = self._credentials
+        return http.client.HTTPSConnection(credentials.host, credentials.port, context=credentials.ssl,
+                                           timeout=self._timeout if timeout is None else timeout)
+
+    def headers(self, content_type="application/json"):
+        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": USER_AGENT}
+        if self._credentials.token:
+            headers["Authorization"] = "Bearer " + self._credentials.token
+        return headers
+
+    def url(self, base, *parts, **query):
+        """The path of ``base`` (a resource's path) and ``parts`` under the server's prefix, with a query."""
+        path = self._credentials.prefix + base + "".join("/" + urllib.parse.quote(part, safe="") for part in parts)
+        query = {key: value for key, value in query.items() if value is not None}
+        return path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+    def unreachable(self, verb, target, error, timeout):
+        if isinstance(error, socket.timeout):
+            return ApiError("cannot %s %s: the Kubernetes API at %s did not answer within %g s"
+                            % (verb, target, self.server, timeout))
+        return ApiError("cannot %s %s: the Kubernetes API at %s is unreachable: %s"
+                        % (verb, target, self.server, error))
+
+    def _exchange(self, method, verb, target, path, body, content_type):
+        """One request; (status, payload)."""
+        self.requests += 1
+        connection = self.connection()
+        try:
+            connection.request(method, path, body=None if body is None else json.dumps(body),
+                               headers=self.headers(content_type))
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, ValueError) as error:
+            raise self.unreachable(verb, target, error, self._timeout) from error
+        finally:
+            connection.close()
+
+    def request(self, method, verb, target, path, body=None, missing=_NO_DEFAULT, content_type="application/json",
+                resource=None):
+        """The answer's JSON; ``missing`` for a 404 of an object that does not exist (an error without it).
+
+        ``resource`` (an ApiResource) names a custom resource whose unserved type is reported as
+        its definition missing.
+        """
+        status, payload = self._exchange(method, verb, target, path, body, content_type)
+        if status in (401, 403) and self.reload(force=True):
+            # Rotated credentials (a kubelet's client certificate): one more try with the new ones.
+            status, payload = self._exchange(method, verb, target, path, body, content_type)
+        if status == 404:
+            if resource is not None and resource.crd_name and not is_missing_object(payload):
+                raise missing_definition(resource, self.server)
+            if missing is not _NO_DEFAULT:
+                return missing
+        if status >= 400:
+            try:
+                message = json.loads(payload).get("message") or payload.decode("utf-8", "replace")
+            except (ValueError, AttributeError):
+                message = payload.decode("utf-8", "replace")
+            if status == 401:
+                message += " (the credentials from %s were rejected; they are read again before the next request)" % (
+                    self._path_name or "the kubeconfig")
+            raise ApiError("cannot %s %s: HTTP %s from %s: %s" % (verb, target, status, self.server, message),
+                           conflict=status == 409, status=status)
+        return json.loads(payload) if payload else {}

@@ -1,0 +1,110 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Objects of one resource, and the node's own Node, over ``rest.RestTransport`` (private)."""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import NODE
+from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import FIELD_MANAGER, RestTransport
+
+
+class RestClient(RestTransport):
+    """Get, create, replace and delete objects of ``resource`` (an ApiResource), and watch one.
+
+    Same methods and errors as ``client.ResourceClient``, so code that reads and writes objects
+    works with either.
+    """
+
+    def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None, resource=NODE):
+        super().__init__(kubeconfig, base_dir, timeout, path)
+        self.resource = resource
+
+    def _object(self, method, verb, name, body=None, subresource=None, missing=None, check_mode=False,
+                what=None, **options):
+        parts = [name] if name else []
+        if subresource:
+            parts.append(subresource)
+        query = dict(options, dryRun="All" if check_mode else None)
+        target = what or "%s %s" % (self.resource.kind, name or body["metadata"]["name"])
+        extra = {} if missing is None else {"missing": missing[0]}
+        return self.request(method, verb, target, self.url(self.resource.base_path, *parts, **query), body,
+                            resource=self.resource, **extra)
+
+    def get(self, name):
+        """The object named ``name``, or None when there is none."""
+        return self._object("GET", "get", name, missing=(None,))
+
+    def create(self, body, check_mode=False):
+        return self._object("POST", "create", None, body, check_mode=check_mode, fieldManager=FIELD_MANAGER)
+
+    def replace(self, body, check_mode=False):
+        return self._object("PUT", "update", body["metadata"]["name"], body, check_mode=check_mode,
+                            fieldManager=FIELD_MANAGER)
+
+    def replace_status(self, body, check_mode=False):
+        name = body["metadata"]["name"]
+        return self._object("PUT", "update", name, body, "status", check_mode=check_mode,
+                            what="the status of %s %s" % (self.resource.kind, name), fieldManager=FIELD_MANAGER)
+
+    def delete(self, name, check_mode=False):
+        """Delete object ``name``; False when there was none."""
+        return self._object("DELETE", "delete", name, missing=(False,), check_mode=check_mode) is not False
+
+    # ------------------------------------------------------ the node's own Node
+
+    def get_node(self, name):
+        """Node ``name``, or None when there is none."""
+        return self.request("GET", "get", "Node %s" % name, self.url(NODE.base_path, name), missing=None)
+
+    def patch_node(self, name, patch):
+        """A strategic-merge patch of Node ``name`` (its metadata and spec)."""
+        return self.request("PATCH", "patch", "Node %s" % name,
+                            self.url(NODE.base_path, name, fieldManager=FIELD_MANAGER), patch,
+                            content_type="application/strategic-merge-patch+json")
+
+    def patch_node_status(self, name, patch):
+        """A strategic-merge patch of Node ``name``'s status (conditions merge by their type)."""
+        return self.request("PATCH", "patch", "the status of Node %s" % name,
+                            self.url(NODE.base_path, name, "status", fieldManager=FIELD_MANAGER), patch,
+                            content_type="application/strategic-merge-patch+json")
+
+    def create_event(self, event):
+        namespace = event["metadata"]["namespace"]
+        return self.request("POST", "create", "an Event in %s" % namespace,
+                            self.url("/api/v1/namespaces", namespace, "events"), event)
+
+    def watch(self, name, resource_version, timeout_seconds):
+        """Yields (type, object) for object ``name`` until the server ends the watch.
+
+        The server ends it after ``timeout_seconds``; a server that goes silent for
+        ``timeout`` seconds more ends it with an error.
+        """
+        self.requests += 1
+        target = "%s %s" % (self.resource.kind, name)
+        path = self.url(self.resource.base_path, watch="1", fieldSelector="metadata.name=%s" % name,
+                        resourceVersion=resource_version, timeoutSeconds=timeout_seconds,
+                        allowWatchBookmarks="true")
+        timeout = timeout_seconds + self._timeout
+        connection = self.connection(timeout=timeout)
+        try:
+            connection.request("GET", path, headers=self.headers())
+            response = connection.getresponse()
+            if response.status >= 400:
+                if response.status in (401, 403):
+                    self.reload(force=True)
+                raise ApiError("cannot watch %s: HTTP %s from %s: %s" % (
+                    target, response.status, self.server, response.read().decode("utf-8", "replace")),
+                    status=response.status)
+            for line in response:
+                if line.strip():
+                    event = json.loads(line)
+                    yield event.get("type"), event.get("object") or {}
+        except (OSError, ValueError) as error:
+            raise self.unreachable("watch", target, error, timeout) from error
+        finally:
+            connection.close()

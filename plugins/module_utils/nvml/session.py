@@ -1,0 +1,225 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""NVML kept initialised across reads, for a long-running reader such as the Scv agent (private)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import node_totals
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
+    SESSION_ENDING,
+    SessionLost,
+    as_text,
+    describe,
+    error_code,
+    pynvml,
+    text_call,
+)
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.card import Static, read_card
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import init_failure_reason, system_facts, unavailable
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.events import XidEvents, XidLog
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.gpm import TensorActivity
+
+
+class Session:
+    """NVML kept initialised across reads, for a long-running reader such as the Scv agent.
+
+    :meth:`read` returns what :func:`collect` returns, at a fraction of the cost: NVML is
+    initialised once (about 11 ms on an H100, plus about 11 ms to attach each GPU), and each
+    card's static readings (see ``Static``) are read once per session and again every
+    ``static_refresh_s`` seconds. A read then asks each card only what changes: memory,
+    persistence mode, the health counters, and telemetry when asked for.
+
+    NVML is initialised again, and everything read afresh, only when something calls for it:
+    the driver version NVML reports changed (the driver was reloaded or upgraded), the GPU
+    count changed, a call answered UNINITIALIZED, DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH
+    (the read is then retried once at once), or a card answered GPU_IS_LOST or
+    RESET_REQUIRED (at the next read, then backing off to ``max_lost_backoff_s`` while a card
+    stays lost, since a lost card recovers only after a reset).
+
+    XIDs that NVML reports while the session lasts are kept in :attr:`xids` (an
+    ``events.XidLog``); what they mean for a card's health is the caller's policy.
+    """
+
+    def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None):
+        self.static_refresh_s = static_refresh_s
+        self.max_lost_backoff_s = max_lost_backoff_s
+        self.clock = clock or time.monotonic
+        self.xids = XidLog(self.clock)
+        self._nvml_lock = threading.RLock()   # session start and stop against the event waiter
+        self._wanted = threading.Event()      # the reader waits for the lock: the waiter lets it have it
+        self._events = XidEvents()
+        self._gpm = TensorActivity()
+        self.inits = 0                 # successful nvmlInit calls
+        self.static_reads = 0          # times the static readings were (re)started
+        self.last_reinit_reason = None
+        self._open = False
+        self._system = None
+        self._handles = []
+        self._uuids = []
+        self._static = {}
+        self._static_at = 0.0
+        self._reinit_at = None
+        self._lost_backoff = 0.0
+
+    # -------------------------------------------------------------- public
+
+    def read(self, subsets):
+        """Every GPU's facts, like ``collect.collect``; never raises for NVML's answers."""
+        now = self.clock()
+        if self._open and self._reinit_at is not None and now >= self._reinit_at:
+            self._restart("a GPU was lost or needed a reset")
+        if self._open and now - self._static_at >= self.static_refresh_s:
+            self._static.clear()
+            self._static_at = now
+            self.static_reads += 1
+        for attempt in (1, 2):
+            if not self._open:
+                failure = self._start()
+                if failure is not None:
+                    return failure
+            try:
+                return self._read(subsets)
+            except SessionLost as lost:
+                self._restart(str(lost))
+                if attempt == 2:
+                    return unavailable("NVML answered \"%s\" again after it was initialised anew" % lost)
+        raise AssertionError("unreachable")
+
+    def close(self):
+        """Shuts NVML down (the next read initialises it again); the XIDs of the session are forgotten."""
+        self._wanted.set()
+        try:
+            with self._nvml_lock:
+                self._events.free()
+                self._gpm.free()
+                if self._open:
+                    self._open = False
+                    try:
+                        pynvml.nvmlShutdown()
+                    except pynvml.NVMLError:
+                        pass
+                self._handles = []
+                self._uuids = []
+                self._static.clear()
+                self.xids.clear()
+        finally:
+            self._wanted.clear()
+
+    def wait_event(self, timeout_ms):
+        """Waits up to ``timeout_ms`` for an XID critical error; (card index, xid), or None.
+
+        Meant for one thread beside the reader's: NVML wakes it when the driver reports an XID,
+        with no polling. NVML is not shut down during a wait, so a new session waits for the
+        current wait to end. The XID is kept in :attr:`xids`. Returns None at once, after a
+        pause, when NVML is not initialised or has no events.
+        """
+        if self._wanted.is_set():
+            time.sleep(0.05)   # the reader is starting or stopping NVML: let it have the lock
+            return None
+        with self._nvml_lock:
+            event_set = self._events.ready(len(self._handles), self.inits) if self._open else None
+            if event_set is not None:
+                event = self._events.wait(event_set, timeout_ms)
+                if event is not None:
+                    self.xids.add(*event)
+                return event
+        time.sleep(timeout_ms / 1000.0)
+        return None
+
+    # ------------------------------------------------------------ internal
+
+    def _restart(self, reason):
+        self.last_reinit_reason = reason
+        self.close()
+
+    def _start(self):
+        self._wanted.set()
+        try:
+            with self._nvml_lock:
+                return self._start_locked()
+        finally:
+            self._wanted.clear()
+
+    def _start_locked(self):
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as error:
+            return unavailable(init_failure_reason(error))
+        self._open = True
+        self.inits += 1
+        self.static_reads += 1
+        self._static_at = self.clock()
+        self._reinit_at = None
+        self._system = system_facts()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as error:
+            facts = dict(self._system)
+            facts.update(unavailable("NVML cannot count the GPUs: %s" % describe(error)))
+            self.close()
+            return facts
+        self._handles = [None] * count
+        self._uuids = [None] * count
+        return None
+
+    def _system_call(self, function):
+        """``function()``; None when it fails, SessionLost when its answer ends the session."""
+        try:
+            return text_call(function)
+        except pynvml.NVMLError as error:
+            if error_code(error) in SESSION_ENDING:
+                raise SessionLost(error_code(error), describe(error))
+            return None
+
+    def _read(self, subsets):
+        facts = dict(self._system)
+        count = self._system_call(pynvml.nvmlDeviceGetCount)
+        known = facts.get("driver_version")
+        driver = self._system_call(pynvml.nvmlSystemGetDriverVersion)
+        if known is not None and driver is not None and as_text(driver) != known:
+            raise SessionLost(0, "the driver changed from %s to %s" % (known, as_text(driver)))
+        if count != len(self._handles):
+            raise SessionLost(0, "the GPU count changed from %d to %s" % (len(self._handles), count))
+        cards, lost = [], []
+        for index in range(count):
+            static = self._static_for(index, subsets)
+            card = read_card(index, subsets, self._handles[index], static, lost)
+            if "telemetry" in subsets and self._handles[index] is not None:
+                self._gpm.read(index, self._handles[index], card)
+            cards.append(card)
+        self._note_lost(lost)
+        facts["cardList"] = cards
+        facts.update(node_totals(cards))
+        return facts
+
+    def _static_for(self, index, subsets):
+        """The card's static readings, kept under its UUID; opens the card's handle the first time.
+
+        Returns a throwaway entry for a card whose handle or UUID cannot be read now: such a card
+        is asked again at every read.
+        """
+        if self._handles[index] is None:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = as_text(text_call(pynvml.nvmlDeviceGetUUID, handle))
+            except pynvml.NVMLError:
+                return Static(subsets)   # read_card opens it itself and reports why it cannot
+            self._handles[index], self._uuids[index] = handle, uuid
+        key = (self._uuids[index], frozenset(subsets))
+        entry = self._static.get(key)
+        if entry is None:
+            entry = self._static[key] = Static(subsets)
+        return entry
+
+    def _note_lost(self, lost):
+        """Schedules a new session after a lost card: at the next read, then backing off."""
+        if not lost:
+            self._lost_backoff = 0.0
+        elif self._reinit_at is None:
+            self._reinit_at = self.clock() + self._lost_backoff
+            self._lost_backoff = min(self.max_lost_backoff_s, max(1.0, self._lost_backoff * 2))
