@@ -32,6 +32,28 @@ MIN_INTERVAL_MS = 100
 XID_WAIT_MS = 1000
 
 
+class XidWaiter(threading.Thread):
+    """Blocks on NVML's events; an XID wakes the loop at once, so it reaches the Scv and the Node within a tick."""
+
+    def __init__(self, session, counters, wake, stopping):
+        super().__init__(name="nvml-events", daemon=True)
+        self.session, self.counters, self.wake, self.stopping = session, counters, wake, stopping
+
+    def run(self):
+        while not self.stopping.is_set():
+            try:
+                event = self.session.wait_event(XID_WAIT_MS)
+            except Exception as error:  # pylint: disable=broad-exception-caught
+                LOG.warning("waiting for NVML events failed: %s", error)
+                self.stopping.wait(1)
+                continue
+            if event is not None:
+                index, xid = event
+                self.counters.bump("xid_events")
+                LOG.warning("XID %d on GPU %s", xid, index)
+                self.wake.set()
+
+
 class Agent:
     """One node's publishing loop.
 
@@ -79,7 +101,7 @@ class Agent:
         hangs is the only thing that keeps the watchdog from being fed.
         """
         LOG.info("publishing Scv %s to %s", self.node, self.client.server)
-        self._xid_waiter = threading.Thread(target=self._wait_for_xids, name="nvml-events", daemon=True)
+        self._xid_waiter = XidWaiter(self.session, self.counters, self.wake, self.stopping)
         self._xid_waiter.start()
         ready = False
         while not self.stopping.is_set():
@@ -194,21 +216,6 @@ class Agent:
             LOG.info("created Scv %s", self.node)
         if result["status_updated"]:
             self.counters.bump("writes")
-
-    def _wait_for_xids(self):
-        """Blocks on NVML's events; an XID wakes the loop at once, so it reaches the Scv and the Node within a tick."""
-        while not self.stopping.is_set():
-            try:
-                event = self.session.wait_event(XID_WAIT_MS)
-            except Exception as error:  # pylint: disable=broad-exception-caught
-                LOG.warning("waiting for NVML events failed: %s", error)
-                self.stopping.wait(1)
-                continue
-            if event is not None:
-                index, xid = event
-                self.counters.bump("xid_events")
-                LOG.warning("XID %d on GPU %s", xid, index)
-                self.wake.set()
 
     # ------------------------------------------------------- what others read
 

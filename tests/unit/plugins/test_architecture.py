@@ -1,0 +1,111 @@
+"""The house rules of docs/architecture.md, checked on the code: layers, who may import the agent, sizes."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PLUGINS = ROOT / "plugins"
+UTILS = PLUGINS / "module_utils"
+PREFIX = "ansible_collections.scv.gpu.plugins.module_utils."
+
+# A package may import its own modules and those of packages in lower layers, nothing else.
+LAYERS = {"common": 0, "nvml": 1, "host": 1, "kube": 1, "scv": 2, "node": 2, "agent": 3}
+# What only the modules (on the controller, with kubernetes.core) use: the agent has its own client.
+MODULES_ONLY = {"kube.client", "kube.module"}
+MAX_FILE_LINES, MAX_CLASS_LINES, MAX_FUNCTION_LINES = 500, 200, 80
+
+
+def imports(path):
+    """The module_utils modules a file imports (as ``package.module``), inside functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + ["%s.%s" % (node.module, alias.name) for alias in node.names]
+        for name in names:
+            if name.startswith(PREFIX):
+                parts = name[len(PREFIX):].split(".")
+                found.add(".".join(parts[:2]) if len(parts) > 1 and (UTILS / parts[0] / (parts[1] + ".py")).exists()
+                          else parts[0])
+    return found
+
+
+def layer_violations(package, imported):
+    """Why ``package`` may not import each of ``imported`` (``package.module`` names)."""
+    problems = []
+    for name in sorted(imported):
+        other = name.split(".")[0]
+        if other not in LAYERS:
+            problems.append("%s imports %s, which is in no package of docs/architecture.md" % (package, name))
+        elif other != package and LAYERS[other] >= LAYERS[package]:
+            problems.append("%s (layer %d) imports %s (layer %d): only lower layers may be imported"
+                            % (package, LAYERS[package], name, LAYERS[other]))
+        elif package == "agent" and name in MODULES_ONLY:
+            problems.append("agent imports %s, the modules' client: the agent has its own (kube.rest_client)" % name)
+    return problems
+
+
+def util_files():
+    return sorted(path for path in UTILS.rglob("*.py") if path.name != "__init__.py")
+
+
+def test_module_utils_holds_only_the_packages_of_the_layer_rule():
+    assert sorted(path.name for path in UTILS.iterdir() if path.name != "__pycache__") == sorted(LAYERS)
+    for package in LAYERS:
+        assert (UTILS / package / "__init__.py").read_text() == ""   # ansible-test wants them empty
+
+
+@pytest.mark.parametrize("path", util_files(), ids=lambda path: str(path.relative_to(UTILS)))
+def test_each_package_imports_only_lower_layers(path):
+    package = path.relative_to(UTILS).parts[0]
+    assert layer_violations(package, imports(path) - {package}) == []
+
+
+def test_the_rule_catches_an_upward_import_a_sibling_and_the_modules_client():
+    assert layer_violations("nvml", {"agent.xid"}) == [
+        "nvml (layer 1) imports agent.xid (layer 3): only lower layers may be imported"]
+    assert layer_violations("kube", {"scv.resource"})
+    assert layer_violations("nvml", {"host.pci"})           # siblings in one layer stay apart
+    assert layer_violations("agent", {"kube.client"})
+    assert layer_violations("agent", {"kube.errors", "scv.publisher", "nvml.session", "common.merge"}) == []
+
+
+@pytest.mark.parametrize("path", sorted(p for p in PLUGINS.rglob("*.py") if "module_utils" not in p.parts),
+                         ids=lambda path: str(path.relative_to(PLUGINS)))
+def test_no_module_or_plugin_imports_the_agent(path):
+    assert not [name for name in imports(path) if name.split(".")[0] == "agent"]
+
+
+def oversized(path, main_allowed=False):
+    source = path.read_text()
+    found = []
+    if source.count("\n") > MAX_FILE_LINES:
+        found.append("%s: %d lines" % (path.name, source.count("\n")))
+    for node in ast.walk(ast.parse(source)):
+        length = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+        if isinstance(node, ast.ClassDef) and length > MAX_CLASS_LINES:
+            found.append("class %s: %d lines" % (node.name, length))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and length > MAX_FUNCTION_LINES:
+            if not (main_allowed and node.name == "main"):
+                found.append("function %s: %d lines" % (node.name, length))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(PLUGINS.rglob("*.py")), ids=lambda path: str(path.relative_to(PLUGINS)))
+def test_size_limits(path):
+    assert oversized(path, main_allowed=path.parent.name == "modules") == []
+
+
+def test_the_size_check_can_fail(tmp_path):
+    big = tmp_path / "big.py"
+    big.write_text("def long():\n" + "    x = 1\n" * 90 + "\n\nclass Big:\n" + "    y = 1\n" * 201 + "\n" * 300)
+    assert oversized(big) == ["big.py: 595 lines", "function long: 91 lines", "class Big: 202 lines"]
+    main = tmp_path / "main.py"
+    main.write_text("def main():\n" + "    x = 1\n" * 90)
+    assert oversized(main, main_allowed=True) == [] and oversized(main) == ["function main: 91 lines"]
