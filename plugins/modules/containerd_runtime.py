@@ -28,6 +28,7 @@ requirements:
   - Python 3.11 or newer on the managed host (tomllib)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.backup
 options:
   path:
     description: containerd's configuration file.
@@ -54,10 +55,6 @@ options:
     description: The containerd executable, used for C(config default) when the file is missing or empty.
     type: path
     default: containerd
-  backup:
-    description: Keep a timestamped copy of the previous file when it changes.
-    type: bool
-    default: false
 attributes:
   check_mode:
     support: full

@@ -36,6 +36,7 @@ author:
   - scv.gpu contributors (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.backup
   - ansible.builtin.files
 options:
   path:
@@ -64,10 +65,6 @@ options:
       - Objects merge key by key with what the file holds; lists and scalars replace it.
     type: dict
     default: {}
-  backup:
-    description: Keep a timestamped copy of the previous file when it changes.
-    type: bool
-    default: false
   check_unit_flags:
     description: Refuse to write a setting that dockerd also gets as a command-line flag from its systemd unit.
     type: bool

@@ -25,7 +25,7 @@ requirements:
   - kubernetes (Python) >= 24.2.0
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-  - scv.gpu.api_timeout
+  - scv.gpu.k8s
   - ansible.builtin.action_common_attributes
 options:
   name:

@@ -34,7 +34,7 @@ requirements:
   - the C(scvs.core.run-linux.com) custom resource definition in the cluster (the scv.gpu.scv_publish role installs it)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-  - scv.gpu.api_timeout
+  - scv.gpu.k8s
   - ansible.builtin.action_common_attributes
 options:
   name:

@@ -153,10 +153,12 @@ class Agent:
             self.counters.bump("errors")
             self.session.close()
             return self._ticked(self.interval_s())
-        if self.condition is not None:
-            self.condition.update(facts)
-        if self.taint is not None:
-            self.taint.update(facts)
+        # Each step may wait out a request timeout: systemd hears that the agent is alive between them.
+        for step in (self.condition, self.taint):
+            if step is not None:
+                self.notify("WATCHDOG=1")
+                step.update(facts)
+        self.notify("WATCHDOG=1")
         try:
             self._publish(facts)
         except ApiError as error:

@@ -5,7 +5,7 @@
 """What every module that calls the Kubernetes API does first (private).
 
 kubernetes.core's connection options (its ``k8s_auth_options`` doc fragment, its
-``AUTH_ARG_SPEC``) plus ``request_timeout`` (the ``scv.gpu.api_timeout`` fragment); the
+``AUTH_ARG_SPEC``) plus ``request_timeout`` (the ``scv.gpu.k8s`` fragment); the
 kubernetes library checked before anything else, as ``missing_required_lib`` reports it.
 """
 

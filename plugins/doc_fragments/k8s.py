@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The request timeout of the modules that call the Kubernetes API."""
+    """What the collection's Kubernetes API modules share beside kubernetes.core's connection options:
+    the request timeout, and their membership of the scv.gpu.k8s action group."""
 
     DOCUMENTATION = r"""
 options:
@@ -17,4 +18,10 @@ options:
         with a message that says so; a request that timed out is not sent again.
     type: float
     default: 30
+attributes:
+  action_group:
+    description: Use C(group/scv.gpu.k8s) in C(module_defaults) to set defaults for this module.
+    support: full
+    membership:
+      - scv.gpu.k8s
 """
