@@ -169,7 +169,7 @@ integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-pla
 # Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
 # the Debian image once, build-apt-repo the signed stand-in toolkit repository.
 APT_REPO := $(BUILD)/apt-repo
-MOLECULE_SCENARIOS := container_toolkit_docker container_toolkit_containerd container_toolkit_containerd2 nvidia_driver_host nvidia_driver_secure_boot scv_agent
+MOLECULE_SCENARIOS := default container_toolkit_docker container_toolkit_containerd container_toolkit_containerd2 nvidia_driver_host nvidia_driver_secure_boot scv_agent
 DRIVER_REPO := $(BUILD)/driver-repo
 MOLECULE_CLUSTER_DIR := $(BUILD)/molecule-cluster
 .PHONY: molecule
@@ -185,6 +185,7 @@ molecule: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	export SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_DRIVER_REPO=$(DRIVER_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) \
 	  SCV_GPU_CLUSTER_DIR=$(MOLECULE_CLUSTER_DIR) SCV_GPU_SIMULATOR_DIR=$(SIM_DIR) \
 	  SCV_GPU_SCENARIOS=$(CURDIR)/tests/nvml_simulator/scenarios SCV_GPU_WHEELS=$(AGENT_WHEELS) \
+  SCV_GPU_PYTHON=$(VENV)/bin/python \
 	  PATH=$(VENV)/bin:$$PATH; \
 	export SCV_GPU_AGENT_KUBECONFIG=$$($(VENV)/bin/python tests/control_plane.py node-kubeconfig $(MOLECULE_CLUSTER_DIR) scv-agent-node); \
 	for scenario in $(MOLECULE_SCENARIOS); do \
