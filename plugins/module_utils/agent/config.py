@@ -79,11 +79,15 @@ def _xid_actions(value):
     return parse_actions(value)
 
 
-def _node_name_default():
-    return os.environ.get("NODE_NAME") or socket.gethostname().lower()
+def _node_name_default(environ):
+    return environ.get("NODE_NAME") or socket.gethostname().lower()
 
 
-# (name, convert, default, reloadable, help); the default may be a function, called when needed.
+def _no_xid_actions(_environ):
+    return {}
+
+
+# (name, convert, default, reloadable, help); the default may be a function of the environment.
 OPTIONS = (
     ("kubeconfig", str, "/etc/kubernetes/kubelet.conf", False,
      "kubeconfig to authenticate with (default: the kubelet's, so the node writes as itself)"),
@@ -98,7 +102,7 @@ OPTIONS = (
      "MIG mode); NVML errors that call for it read them at once"),
     ("node-condition", _boolean, True, False,
      "set the GPUHealthy condition on the node's Node and emit Events (--no-node-condition: do not)"),
-    ("xid-actions", _xid_actions, dict, True,
+    ("xid-actions", _xid_actions, _no_xid_actions, True,
      "what an XID calls for: none (the card stays Healthy), reset or reboot (the card is Unhealthy); overrides the "
      "built-in table (flag: --xid-action XID=ACTION, repeated)"),
     ("xid-hold", _positive(float, 0), 600.0, True,
@@ -195,7 +199,7 @@ def load(flags, environ=None):
     environ = os.environ if environ is None else environ
     path = flags.get("config") or environ.get(env_name("config")) or None
     from_file = read_file(path) if path else {}
-    values, sources = {}, {}
+    values, sources, problems = {}, {}, []
     for name, convert, default, _reloadable, _text in OPTIONS:
         if name in flags:
             raw, source = flags[name], "flag --%s" % ("xid-action" if name == "xid-actions" else name)
@@ -204,13 +208,15 @@ def load(flags, environ=None):
         elif name in from_file:
             raw, source = from_file[name], "file %s" % path
         else:
-            values[name], sources[name] = default() if callable(default) else default, "default"
+            values[name], sources[name] = default(environ) if callable(default) else default, "default"
             continue
         try:
             values[name] = convert(raw)
         except (TypeError, ValueError) as error:
-            raise ConfigError("%s from the %s: %r cannot be used: %s" % (name, source, raw, error)) from error
+            problems.append("%s from the %s: %r cannot be used: %s" % (name, source, raw, error))
         sources[name] = source
+    if problems:
+        raise ConfigError("; ".join(problems))
     return Config(values, sources, path)
 
 

@@ -17,6 +17,8 @@ def serve(agent, host, port):
     """Serves ``agent``'s metrics and health on ``host:port`` in a daemon thread; returns the server."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 10   # seconds a connection may sit idle: each holds a thread
+
         def do_GET(self):  # noqa: N802 (the http.server API)
             path = self.path.split("?")[0]
             if path == "/metrics":

@@ -1,0 +1,129 @@
+"""The agent as operators run a daemon: settings from a file and the environment, /healthz, SIGHUP, systemd's
+notifications and watchdog. A real agent process (the zipapp as the role installs it) against the real API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from support import SIMULATOR_DIR, scenario_path
+from test_scv_agent import AgentProcess, node_for
+
+
+@pytest.fixture
+def node(access, request):
+    name = node_for(request)
+    access.kubectl("delete", "scv", name, "--ignore-not-found")
+    yield name
+    access.kubectl("delete", "scv", name, "--ignore-not-found")
+
+
+def healthz(agent):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % agent.port, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_settings_come_from_flags_then_environment_then_file_and_are_logged(access, agent_command, node, tmp_path,
+                                                                          monkeypatch):
+    settings = tmp_path / "agent.yml"
+    settings.write_text("default-interval: 700\nwatch-timeout: 30\nxid-actions: {79: none}\n")
+    monkeypatch.setenv("SCV_GPU_AGENT_WATCH_TIMEOUT", "45")
+    monkeypatch.setenv("SCV_GPU_AGENT_XID_HOLD", "12")
+    agent = AgentProcess(agent_command, access, node, tmp_path, extra=("--config", str(settings)))
+    try:
+        agent.wait_for(lambda: agent.scv()["spec"]["updateInterval"] == 700, 20)   # the file's interval
+        log = agent.log.read_text()
+        line = next(line for line in log.splitlines() if "effective configuration:" in line)
+        assert "default-interval=700 (file %s)" % settings in line
+        assert "watch-timeout=60 (flag --watch-timeout)" in line          # the fixture's flag beats both
+        assert "xid-hold=12.0 (environment SCV_GPU_AGENT_XID_HOLD)" in line
+        assert 'xid-actions={"79": "none"} (file' in line and "log-level=\"INFO\" (default)" in line
+    finally:
+        agent.stop()
+
+
+def test_healthz_answers_beside_metrics(access, agent_command, node, tmp_path):
+    agent = AgentProcess(agent_command, access, node, tmp_path)
+    try:
+        agent.wait_for(lambda: healthz(agent)[1]["detail"].startswith("last tick "), 20)
+        status, body = healthz(agent)
+        assert status == 200 and body["status"] == "ok"
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen("http://127.0.0.1:%d/nothing" % agent.port, timeout=5)
+        assert missing.value.code == 404
+    finally:
+        agent.stop()
+
+
+def test_sighup_reads_the_file_again_applies_what_it_can_and_says_what_waits(access, agent_command, node, tmp_path):
+    settings = tmp_path / "agent.yml"
+    settings.write_text("log-level: INFO\n")
+    agent = AgentProcess(agent_command, access, node, tmp_path, extra=("--config", str(settings)))
+    try:
+        agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 1, 20)
+        settings.write_text("log-level: DEBUG\nxid-hold: 5\nnode-condition: false\n")
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: agent.metrics()["scv_agent_reloads_total"] == 1, 5)
+        log = agent.log.read_text()
+        assert "SIGHUP: configuration read again; changed: node-condition, xid-hold, log-level" in log
+        assert "SIGHUP: node-condition take effect at the next start" in log
+        settings.write_text("log-level: nonsense\n")
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: "SIGHUP: keeping the configuration in use: log-level from the file" in
+                       agent.log.read_text(), 5)
+        assert agent.process.poll() is None and agent.metrics()["scv_agent_reloads_total"] == 1
+    finally:
+        agent.stop()
+
+
+def test_systemd_hears_ready_watchdog_and_stopping(access, agent_command, node, tmp_path):
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
+        systemd.bind(path)
+        systemd.settimeout(20)
+        env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario_path("titan_xp")),
+                   NOTIFY_SOCKET=path, WATCHDOG_USEC="1000000")
+        env.pop("PYTHONPATH", None)
+        process = subprocess.Popen(agent_command + ["--kubeconfig", str(access.node_kubeconfig(node)),
+                                                    "--node-name", node], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            messages = [systemd.recv(4096).decode()]
+            assert messages[0].startswith("READY=1\nSTATUS=publishing Scv %s" % node) or \
+                messages[0] == "WATCHDOG=1", messages
+            started = time.monotonic()
+            while time.monotonic() - started < 2.5:
+                messages.append(systemd.recv(4096).decode())
+            assert any(message.startswith("READY=1") for message in messages)
+            # WatchdogSec=1: the agent must speak at least every half second while it idles
+            assert messages.count("WATCHDOG=1") >= 4, messages
+        finally:
+            process.terminate()
+        assert process.wait(timeout=15) == 0
+        tail = []
+        try:
+            while True:
+                tail.append(systemd.recv(4096).decode())
+        except OSError:
+            pass
+        assert "STOPPING=1" in tail
+
+
+def test_a_bad_flag_is_refused_before_anything_starts(agent_command):
+    done = subprocess.run(agent_command + ["--log-level", "verbose", "--metrics-address", "0.0.0.0"],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 2
+    assert "log-level from the flag --log-level: 'verbose' cannot be used: expected one of DEBUG" in done.stderr
+    assert "metrics-address from the flag --metrics-address: '0.0.0.0' cannot be used: expected host:port" in done.stderr
+    assert "Traceback" not in done.stderr

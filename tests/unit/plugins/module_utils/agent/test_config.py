@@ -1,0 +1,83 @@
+"""The agent's settings: flags over environment over file over defaults, each refusal naming its source."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent import config
+
+
+def load(argv=(), environ=None):
+    return config.load(vars(config.parser("test").parse_args(list(argv))), environ or {})
+
+
+def test_defaults_when_nothing_is_given():
+    settings = load(environ={"NODE_NAME": "gpu-1"})
+    assert settings["default-interval"] == 1000 and settings["log-level"] == "INFO"
+    assert settings["xid-actions"] == {} and settings["node-condition"] is True
+    assert set(settings.sources.values()) == {"default"}
+
+
+def test_a_flag_beats_the_environment_which_beats_the_file(tmp_path):
+    path = tmp_path / "agent.yml"
+    path.write_text("default-interval: 700\nwatch_timeout: 30\nlog-level: debug\nxid-actions: {79: none, 48: reboot}\n"
+                    "node-condition: false\n")
+    settings = load(["--config", str(path), "--watch-timeout", "60"],
+                    {"SCV_GPU_AGENT_DEFAULT_INTERVAL": "900", "SCV_GPU_AGENT_XID_ACTIONS": "31=reset,43=reset"})
+    assert settings["watch-timeout"] == 60 and settings.sources["watch-timeout"] == "flag --watch-timeout"
+    assert settings["default-interval"] == 900
+    assert settings.sources["default-interval"] == "environment SCV_GPU_AGENT_DEFAULT_INTERVAL"
+    assert settings["xid-actions"] == {31: "reset", 43: "reset"}
+    assert settings["log-level"] == "DEBUG" and settings.sources["log-level"] == "file %s" % path
+    assert settings["node-condition"] is False
+    assert "default-interval=900 (environment SCV_GPU_AGENT_DEFAULT_INTERVAL)" in settings.describe()
+
+
+def test_the_file_can_come_from_the_environment_and_flags_keep_their_old_spelling(tmp_path):
+    path = tmp_path / "agent.json"
+    path.write_text('{"metrics-address": ":9400"}')
+    settings = load(["--xid-action", "79=none", "--xid-action", "13=reset", "--no-node-condition"],
+                    {"SCV_GPU_AGENT_CONFIG": str(path)})
+    assert settings["metrics-address"] == "127.0.0.1:9400"
+    assert settings["xid-actions"] == {79: "none", 13: "reset"} and settings["node-condition"] is False
+
+
+@pytest.mark.parametrize("argv, environ, message", [
+    (["--log-level", "verbose"], {}, "log-level from the flag --log-level: 'verbose' cannot be used: expected one of"),
+    (["--metrics-address", "0.0.0.0"], {}, "metrics-address from the flag --metrics-address: '0.0.0.0' cannot be used"),
+    (["--default-interval", "0"], {}, "default-interval from the flag --default-interval: '0' cannot be used: "
+                                      "expected a number >= 1"),
+    ([], {"SCV_GPU_AGENT_REQUEST_TIMEOUT": "0"}, "request-timeout from the environment "
+                                                 "SCV_GPU_AGENT_REQUEST_TIMEOUT: '0' cannot be used"),
+    ([], {"SCV_GPU_AGENT_XID_ACTIONS": "79=explode"}, "bad XID action '79=explode'"),
+    ([], {"SCV_GPU_AGENT_NODE_CONDITION": "maybe"}, "expected true or false"),
+])
+def test_a_bad_setting_is_refused_naming_it_and_where_it_came_from(argv, environ, message):
+    with pytest.raises(config.ConfigError) as refused:
+        load(argv, environ)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", "expected a mapping of settings, got list"),
+    ("kubeconfig: [unclosed", "is not YAML"),
+    ("intervall: 5", "unknown setting 'intervall'; known: kubeconfig, node-name"),
+    ("xid-hold: -1", "xid-hold from the file"),
+])
+def test_a_bad_file_is_refused_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "agent.yml"
+    path.write_text(text)
+    with pytest.raises(config.ConfigError) as refused:
+        load(["--config", str(path)])
+    assert message in str(refused.value) and str(path) in str(refused.value)
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(config.ConfigError, match="cannot read the configuration file .*: No such file"):
+        load(["--config", str(tmp_path / "absent.yml")])
+
+
+def test_changed_names_what_differs_and_only_some_settings_reload():
+    before, after = load([], {"NODE_NAME": "a"}), load(["--default-interval", "5"], {"NODE_NAME": "b"})
+    assert before.changed(after) == ["node-name", "default-interval"]
+    assert config.reloadable("default-interval") and not config.reloadable("node-name")
