@@ -1,0 +1,38 @@
+"""The documentation stands on its own and stays current: the README's sections, the roles' pages."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_every_role_page_lists_the_variables_its_argument_spec_has():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "role-docs"), "--check"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    for role in (ROOT / "roles").iterdir():
+        assert (ROOT / "docs" / "roles" / ("%s.md" % role.name)).exists(), role.name
+
+
+def test_the_readme_has_the_sections_collection_users_look_for_and_stays_a_readme():
+    readme = (ROOT / "README.md").read_text()
+    sections = re.findall(r"^## (.+)$", readme, re.M)
+    for wanted in ("Included content", "Requirements", "Installing", "Testing", "Contributing", "Release notes",
+                   "License"):
+        assert wanted in sections
+    assert readme.count("\n") <= 300
+
+
+def test_every_local_link_in_the_docs_leads_somewhere():
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), "%s links to %s" % (page.relative_to(ROOT), target)
+
+
+def test_the_collections_docs_do_not_lean_on_notes_outside_it():
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        assert "../shared" not in page.read_text(), page
