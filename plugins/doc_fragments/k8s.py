@@ -10,6 +10,8 @@ class ModuleDocFragment:
     the request timeout, and their membership of the scv.gpu.k8s action group."""
 
     DOCUMENTATION = r"""
+requirements:
+  - kubernetes (Python) >= 24.2.0
 options:
   request_timeout:
     description:

@@ -21,8 +21,6 @@ description:
     read again.
 author:
   - scv.gpu contributors (!UNKNOWN)
-requirements:
-  - kubernetes (Python) >= 24.2.0
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - scv.gpu.k8s

@@ -30,8 +30,6 @@ description:
     node's resourceVersion, so a concurrent change is retried rather than overwritten.
 author:
   - scv.gpu contributors (!UNKNOWN)
-requirements:
-  - kubernetes (Python) >= 24.2.0
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - scv.gpu.k8s

@@ -30,7 +30,6 @@ description:
 author:
   - scv.gpu contributors (!UNKNOWN)
 requirements:
-  - kubernetes (Python) >= 24.2.0
   - the C(scvs.core.run-linux.com) custom resource definition in the cluster (the scv.gpu.scv_publish role installs it)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options

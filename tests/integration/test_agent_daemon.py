@@ -35,7 +35,7 @@ def healthz(agent):
 
 
 def test_settings_come_from_flags_then_environment_then_file_and_are_logged(access, agent_command, node, tmp_path,
-                                                                          monkeypatch):
+                                                                            monkeypatch):
     settings = tmp_path / "agent.yml"
     settings.write_text("default-interval: 700\nwatch-timeout: 30\nxid-actions: {79: none}\n")
     monkeypatch.setenv("SCV_GPU_AGENT_WATCH_TIMEOUT", "45")

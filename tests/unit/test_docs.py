@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_every_role_page_lists_the_variables_its_argument_spec_has():
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "role-docs"), "--check"],
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "role_docs.py"), "--check"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     for role in (ROOT / "roles").iterdir():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config as configuration
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
@@ -108,7 +107,3 @@ def main(argv=None):
             return 2
     agent.run(watchdog_s=notify.watchdog_s)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

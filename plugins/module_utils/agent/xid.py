@@ -95,4 +95,3 @@ class XidPolicy:
                 card["healthReasons"] = list(card.get("healthReasons") or []) + reasons
                 card["health"] = "Unhealthy"
         return facts
-

@@ -229,6 +229,7 @@ _FLAG_KEYS = {
     "storage-opt": "storage-opts",
 }
 
+
 def dockerd_flags(files):
     """{daemon.json key: "file: flag"} for the flags of dockerd's effective ExecStart."""
     exec_start, environment, source = [], {}, None

@@ -95,8 +95,8 @@ def explain(error, verb, target, server, timeout=None, resource=None):
     """Turn an exception from the kubernetes client into an ApiError; ``resource`` is the ApiResource asked for."""
     if isinstance(error, DeadlinePassed):
         return ApiError("cannot %s %s: the Kubernetes API at %s did not answer within %s (raise request_timeout "
-                           "if the server is slow rather than stalled)"
-                           % (verb, target, server, "%g s" % timeout if timeout else "the request timeout"))
+                        "if the server is slow rather than stalled)"
+                        % (verb, target, server, "%g s" % timeout if timeout else "the request timeout"))
     if isinstance(error, ResourceNotFoundError) and resource is not None and resource.crd_name:
         return missing_definition(resource, server)
     if (isinstance(error, DynamicApiError) and error.status == 404 and not is_missing_object(error.body)
@@ -111,7 +111,7 @@ def explain(error, verb, target, server, timeout=None, resource=None):
             summary = summary.decode("utf-8", "replace")
         if error.status == 401:
             return ApiError("cannot %s %s: the API server at %s does not accept these credentials (401): %s"
-                               % (verb, target, server, summary))
+                            % (verb, target, server, summary))
         if error.status == 403:
             return ApiError("cannot %s %s: forbidden (403): %s" % (verb, target, summary))
         if error.status == 409:
@@ -197,8 +197,6 @@ class ResourceClient:
             if isinstance(error, NotFoundError) and is_missing_object(error.body):
                 return missing
             raise explain(error, verb, target, self.server, self.timeout, self.resource_type) from error
-
-
 
     @property
     def resource(self):

@@ -66,7 +66,7 @@ def select_context(kubeconfig, origin):
             raise ApiError("%s: user %s is not a mapping" % (origin, user_name))
     except (AttributeError, TypeError) as error:
         raise ApiError("%s is not a kubeconfig (expected mappings under clusters, users and contexts): %s"
-                          % (origin, error)) from error
+                       % (origin, error)) from error
     return context_name, cluster, user_name, user
 
 
@@ -125,7 +125,7 @@ class Credentials:
                     self.ssl.load_cert_chain(certificate, key or certificate)
             except (ssl.SSLError, ValueError) as error:
                 raise ApiError("%s: the certificates or key of user %s cannot be used: %s"
-                                  % (origin, user_name, error)) from error
+                               % (origin, user_name, error)) from error
         finally:
             # The context holds the keys now (or nothing does): inline ones never outlive this.
             shutil.rmtree(private, ignore_errors=True)
@@ -140,4 +140,3 @@ class Credentials:
                 raise ApiError("%s: cannot read tokenFile %s: %s" % (origin, path, error.strerror)) from error
         material.update((self.token or "").encode())
         self.fingerprint = material.hexdigest()
-

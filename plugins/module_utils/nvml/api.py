@@ -12,7 +12,7 @@ from __future__ import annotations
 import traceback
 
 try:
-    import pynvml
+    import pynvml  # pylint: disable=unused-import  (the other files of nvml take it from here)
 except ImportError:
     pynvml = None
     HAS_PYNVML = False
@@ -70,14 +70,14 @@ RECOVERY_ACTIONS = {
 }
 
 UNAVAILABLE_REASONS = {
-    LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 was not found: the NVIDIA driver is not installed "
-                        "(or its library is not in the loader's search path)",
-    DRIVER_NOT_LOADED: "the NVIDIA kernel driver is not loaded (is the nvidia module loaded? "
-                        "a reboot may be pending after a driver install)",
-    NO_PERMISSION: "no permission to open the NVIDIA device files (/dev/nvidia*); run as root "
-                    "or as a member of the group that owns them",
-    LIB_RM_VERSION_MISMATCH: "the NVML library and the loaded kernel driver have different "
-                              "versions: reboot (or reload the nvidia module) after a driver upgrade",
+    LIBRARY_NOT_FOUND: ("libnvidia-ml.so.1 was not found: the NVIDIA driver is not installed "
+                        "(or its library is not in the loader's search path)"),
+    DRIVER_NOT_LOADED: ("the NVIDIA kernel driver is not loaded (is the nvidia module loaded? "
+                        "a reboot may be pending after a driver install)"),
+    NO_PERMISSION: ("no permission to open the NVIDIA device files (/dev/nvidia*); run as root "
+                    "or as a member of the group that owns them"),
+    LIB_RM_VERSION_MISMATCH: ("the NVML library and the loaded kernel driver have different "
+                              "versions: reboot (or reload the nvidia module) after a driver upgrade"),
 }
 
 
@@ -132,4 +132,3 @@ def text_call(function, *args):
         return function(*args)
     except UnicodeDecodeError as error:
         return bytes(error.object)
-

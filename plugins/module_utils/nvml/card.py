@@ -407,4 +407,3 @@ def finish(card, reasons, unchecked=()):
     if unchecked:
         card["healthUnchecked"] = list(unchecked)
     return card
-

@@ -56,8 +56,8 @@ def _publish_once(client, name, desired, update_interval, force_spec, check_mode
         if spec is not None and not isinstance(spec, dict):
             if not force_spec:
                 raise ApiError("Scv %s has a spec that is not an object (a %s), which this module does not edit: "
-                                  "set force_spec=true to replace it, or fix it (kubectl edit scv %s); nothing was "
-                                  "written" % (name, type(spec).__name__, name))
+                               "set force_spec=true to replace it, or fix it (kubectl edit scv %s); nothing was "
+                               "written" % (name, type(spec).__name__, name))
             current = dict(current, spec={})
         interval = (current.get("spec") or {}).get("updateInterval")
         if interval != update_interval:

@@ -35,7 +35,7 @@ def test_outside_systemd_nothing_is_sent_and_a_watchdog_meant_for_another_proces
 
 
 def hammer(function, threads=8, times=5000):
-    workers = [threading.Thread(target=lambda: [function() for _ in range(times)]) for _ in range(threads)]
+    workers = [threading.Thread(target=lambda: [function() for _call in range(times)]) for _worker in range(threads)]
     for worker in workers:
         worker.start()
     for worker in workers:

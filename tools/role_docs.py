@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Writes each role's variables, from its meta/argument_specs.yml, into docs/roles/<role>.md.
 
 The table sits between two markers at the end of the page; the rest of the page is prose kept by
 hand. With --check nothing is written, and the exit status is 1 when a page is not current.
 
-    tools/role-docs [--check]
+    tools/role_docs.py [--check]
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import sys
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BEGIN = "<!-- variables: written by tools/role-docs from meta/argument_specs.yml; do not edit -->"
+BEGIN = "<!-- variables: written by tools/role_docs.py from meta/argument_specs.yml; do not edit -->"
 END = "<!-- end of variables -->"
 
 
@@ -48,8 +47,8 @@ def table(role):
             choices = " One of: %s." % ", ".join("`%s`" % choice for choice in option["choices"]) \
                 if option.get("choices") else ""
             required = " Required." if option.get("required") else ""
-            lines.append("| `%s` | %s | %s | %s%s%s |" % (name, kind, _default(option),
-                                                         _text(option.get("description", "")), choices, required))
+            description = _text(option.get("description", ""))
+            lines.append("| `%s` | %s | %s | %s%s%s |" % (name, kind, _default(option), description, choices, required))
         lines.append("")
     lines.append(END)
     return "\n".join(lines) + "\n"
@@ -72,7 +71,7 @@ def main(argv):
             if not check:
                 page.write_text(wanted)
     if check and stale:
-        sys.stderr.write("not current (run tools/role-docs): %s\n" % ", ".join(stale))
+        sys.stderr.write("not current (run tools/role_docs.py): %s\n" % ", ".join(stale))
         return 1
     return 0
 
