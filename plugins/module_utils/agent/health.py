@@ -15,7 +15,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.condition import (
     gpu_condition,
     transition_event,
 )
-from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, retry_on_conflict
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import now_rfc3339
 
 LOG = logging.getLogger("scv-gpu-agent")
@@ -90,8 +90,9 @@ class NodeTaint:
     """Puts ``scv.gpu/gpu-unhealthy:NoSchedule`` on the Node while GPUHealthy is False, and takes it off after.
 
     NodeRestriction forbids a node's own identity to change its taints, so this runs with
-    ``client``, another identity. Other taints are kept; a conflicting write is tried again at
-    the next tick.
+    ``client``, another identity. Other taints are kept. The write carries the Node's
+    resourceVersion; a conflict reads the Node again (``retry_on_conflict``), and any other
+    failure is tried again at the next tick.
     """
 
     def __init__(self, client, node, counters):
@@ -105,21 +106,26 @@ class NodeTaint:
         if wanted == self.tainted:
             return
         try:
-            node = self.client.get_node(self.node)
-            if node is None:
-                return
-            taints = list((node.get("spec") or {}).get("taints") or [])
-            ours = [taint for taint in taints if taint.get("key") == TAINT_KEY]
-            others = [taint for taint in taints if taint.get("key") != TAINT_KEY]
-            if bool(ours) != wanted:
-                if wanted:
-                    others.append({"key": TAINT_KEY, "effect": "NoSchedule"})
-                self.client.patch_node(self.node, {
-                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                    "spec": {"taints": others or None}})
-                self.counters.bump("taint_changes")
-                LOG.info("Node %s: %s the taint %s:NoSchedule", self.node, "set" if wanted else "removed", TAINT_KEY)
-            self.tainted = wanted
+            if retry_on_conflict(lambda: self._set(wanted)):
+                self.tainted = wanted
         except ApiError as error:
             self.counters.bump("errors")
             LOG.warning("%s", error)
+
+    def _set(self, wanted):
+        """One read-decide-patch cycle; False when there is no Node."""
+        node = self.client.get_node(self.node)
+        if node is None:
+            return False
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        ours = [taint for taint in taints if taint.get("key") == TAINT_KEY]
+        others = [taint for taint in taints if taint.get("key") != TAINT_KEY]
+        if bool(ours) != wanted:
+            if wanted:
+                others.append({"key": TAINT_KEY, "effect": "NoSchedule"})
+            self.client.patch_node(self.node, {
+                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "spec": {"taints": others or None}})
+            self.counters.bump("taint_changes")
+            LOG.info("Node %s: %s the taint %s:NoSchedule", self.node, "set" if wanted else "removed", TAINT_KEY)
+        return True

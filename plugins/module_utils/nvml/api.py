@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import traceback
 
+# The other files of nvml take pynvml from here.
 try:
-    import pynvml  # pylint: disable=unused-import  (the other files of nvml take it from here)
+    import pynvml  # pylint: disable=unused-import
 except ImportError:
     pynvml = None
     HAS_PYNVML = False
