@@ -174,7 +174,7 @@ unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 .PHONY: integration
 integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	SCV_GPU_ANSIBLE_VENVS="$(VENV)$(if $(COMPAT_PYTHON), $(COMPAT_VENV))" SCV_GPU_WHEELS=$(AGENT_WHEELS) \
-	  $(VENV)/bin/python -m pytest tests/integration
+	  $(VENV)/bin/python -m pytest tests/integration --durations=20
 
 # Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
 # the Debian image once, build-apt-repo the signed stand-in toolkit repository.

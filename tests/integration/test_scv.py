@@ -471,3 +471,18 @@ def test_a_spec_that_is_not_an_object_is_named_not_a_traceback(ansible, scv_crd)
     finally:
         plane.kubectl("delete", "scv", name, "--ignore-not-found")
         install_crd(plane)
+
+
+@pytest.mark.parametrize("name", ["node-b/status", "Node-B"])
+def test_the_role_refuses_a_bad_node_name_with_the_modules_rule_before_any_change(ansible, scv_crd, api_requests,
+                                                                                  name):
+    plane = scv_crd
+    before = {resource: api_requests.snapshot(resource) for resource in ("scvs", "customresourcedefinitions")}
+    done = ansible.playbook("playbooks/scv.yml", "titan_xp", "-e", "scv_publish_kubeconfig=%s" % plane.admin_kubeconfig,
+                            "-e", "scv_publish_node_name=%s" % name)
+    assert done.returncode != 0
+    assert ("scv_publish_node_name of host localhost: %r is not a Kubernetes node name: lower-case letters" % name
+            in done.stdout), done.stdout
+    assert "nothing was changed" in done.stdout
+    for resource, counts in before.items():
+        assert api_requests.delta(counts, api_requests.snapshot(resource)) == {}, resource

@@ -46,6 +46,7 @@ class RestTransport:
         self._timeout = timeout
         self._origin = "the kubeconfig %s" % path if path else "the kubeconfig"
         self._config_signature = file_signature(path) if path else None
+        self._kubeconfig = None if path else kubeconfig   # read again from its files when it has a path
         self._credentials = Credentials(kubeconfig, base_dir, self._origin)
         self._signatures = {name: file_signature(name) for name in self._credentials.files}
         self.server = self._credentials.server
@@ -70,16 +71,18 @@ class RestTransport:
         """Reads the credentials again when their files changed (or ``force``); True when they differ now.
 
         A reading that fails (a rotation caught half-way) keeps the credentials in use and says why.
-        A client made from a kubeconfig dict (no file) has nothing to read again.
+        A client made from a kubeconfig dict reads the certificate, key and token files it names.
         """
-        if not self._path_name or not (force or self._changed_on_disk()):
+        if not (force or self._changed_on_disk()):
             return False
-        config_signature = file_signature(self._path_name)
+        config_signature = file_signature(self._path_name) if self._path_name else None
         try:
-            try:
-                kubeconfig = load_kubeconfig(self._path_name)
-            except (OSError, ValueError) as error:
-                raise ApiError("cannot read the kubeconfig %s: %s" % (self._path_name, error)) from error
+            kubeconfig = self._kubeconfig
+            if self._path_name:
+                try:
+                    kubeconfig = load_kubeconfig(self._path_name)
+                except (OSError, ValueError) as error:
+                    raise ApiError("cannot read the kubeconfig %s: %s" % (self._path_name, error)) from error
             credentials = Credentials(kubeconfig, self._base_dir, self._origin)
         except ApiError as error:
             logging.getLogger("scv-gpu-agent").warning("keeping the credentials in use: %s", error)
