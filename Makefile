@@ -123,15 +123,18 @@ demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 # --------------------------------------------------------------------- tests
 
 .PHONY: test
-# The Go builds (control plane, containerd 2) need nothing that sanity, lint and unit need, and
-# take minutes on a fresh machine: they run in the background meanwhile (their output in
-# build/go-builds.log), and integration starts once they are done.
+# What the later stages need and sanity, lint and unit do not takes minutes on a fresh machine:
+# the Go builds (control plane, containerd 2) and the molecule host (podman, the Debian image).
+# Both run in the background meanwhile, their output in build/*.log; integration starts once
+# they are done.
 test:
 	mkdir -p $(BUILD)
 	( tools/control-plane/build && tools/containerd/build ) > $(BUILD)/go-builds.log 2>&1 & builds=$$!; \
+	tests/molecule/prepare-host > $(BUILD)/prepare-host.log 2>&1 & host=$$!; \
 	status=0; $(MAKE) sanity lint unit || status=$$?; \
-	if [ $$status -ne 0 ]; then kill $$builds 2>/dev/null || true; wait $$builds 2>/dev/null || true; exit $$status; fi; \
+	if [ $$status -ne 0 ]; then kill $$builds $$host 2>/dev/null || true; wait 2>/dev/null || true; exit $$status; fi; \
 	wait $$builds || { echo "make test: the Go builds failed:" >&2; cat $(BUILD)/go-builds.log >&2; exit 1; }; \
+	wait $$host || { echo "make test: preparing the molecule host failed:" >&2; cat $(BUILD)/prepare-host.log >&2; exit 1; }; \
 	grep -h "built in" $(BUILD)/go-builds.log || true
 	$(MAKE) integration molecule
 
