@@ -176,10 +176,9 @@ def read_file(path):
 class Config:
     """The effective settings (``values``) and where each came from (``sources``)."""
 
-    def __init__(self, values, sources, path):
+    def __init__(self, values, sources):
         self.values = values
         self.sources = sources
-        self.path = path
 
     def __getitem__(self, name):
         return self.values[name]
@@ -217,7 +216,7 @@ def load(flags, environ=None):
         sources[name] = source
     if problems:
         raise ConfigError("; ".join(problems))
-    return Config(values, sources, path)
+    return Config(values, sources)
 
 
 def reloadable(name):

@@ -238,7 +238,7 @@ class Agent:
     def health(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""
         now = time.monotonic() if now is None else now
-        grace = max(60.0, 3 * self.interval_s(), MAX_BACKOFF_S * 2)
+        grace = max(2 * MAX_BACKOFF_S, 3 * self.interval_s())   # twice the longest backoff
         if self.last_tick_at is None:
             return True, "starting"
         age = now - self.last_tick_at

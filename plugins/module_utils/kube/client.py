@@ -50,9 +50,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import (
     retry_on_conflict,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.kube.kubeconfig import load_kubeconfig, select_context
-from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import NODE
+from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER, NODE
 
-FIELD_MANAGER = "scv.gpu"
 DEFAULT_REQUEST_TIMEOUT = 30.0
 
 

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+# The field manager both clients name in every write (server-side field ownership).
+FIELD_MANAGER = "scv.gpu"
+
 
 class ApiResource:
     """A resource type: ``api_version`` (``v1`` or ``group/version``), ``kind``, the ``plural`` of its URLs.

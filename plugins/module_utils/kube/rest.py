@@ -22,9 +22,9 @@ import urllib.parse
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, is_missing_object, missing_definition
 from ansible_collections.scv.gpu.plugins.module_utils.kube.kubeconfig import Credentials, file_signature, load_kubeconfig
 
-FIELD_MANAGER = "scv.gpu"
 USER_AGENT = "scv-gpu-agent"
-_NO_DEFAULT = object()
+# ``request``'s ``missing`` when a 404 is an error: no value stands for a missing object.
+NO_DEFAULT = object()
 
 
 class RestTransport:
@@ -134,7 +134,7 @@ class RestTransport:
         finally:
             connection.close()
 
-    def request(self, method, verb, target, path, body=None, missing=_NO_DEFAULT, content_type="application/json",
+    def request(self, method, verb, target, path, body=None, missing=NO_DEFAULT, content_type="application/json",
                 resource=None):
         """The answer's JSON; ``missing`` for a 404 of an object that does not exist (an error without it).
 
@@ -148,7 +148,7 @@ class RestTransport:
         if status == 404:
             if resource is not None and resource.crd_name and not is_missing_object(payload):
                 raise missing_definition(resource, self.server)
-            if missing is not _NO_DEFAULT:
+            if missing is not NO_DEFAULT:
                 return missing
         if status >= 400:
             try:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
-from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import NODE
-from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import FIELD_MANAGER, RestTransport
+from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER, NODE
+from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import NO_DEFAULT, RestTransport
 
 
 class RestClient(RestTransport):
@@ -24,20 +24,19 @@ class RestClient(RestTransport):
         super().__init__(kubeconfig, base_dir, timeout, path)
         self.resource = resource
 
-    def _object(self, method, verb, name, body=None, subresource=None, missing=None, check_mode=False,
+    def _object(self, method, verb, name, body=None, subresource=None, missing=NO_DEFAULT, check_mode=False,
                 what=None, **options):
         parts = [name] if name else []
         if subresource:
             parts.append(subresource)
         query = dict(options, dryRun="All" if check_mode else None)
         target = what or "%s %s" % (self.resource.kind, name or body["metadata"]["name"])
-        extra = {} if missing is None else {"missing": missing[0]}
         return self.request(method, verb, target, self.url(self.resource.base_path, *parts, **query), body,
-                            resource=self.resource, **extra)
+                            missing=missing, resource=self.resource)
 
     def get(self, name):
         """The object named ``name``, or None when there is none."""
-        return self._object("GET", "get", name, missing=(None,))
+        return self._object("GET", "get", name, missing=None)
 
     def create(self, body, check_mode=False):
         return self._object("POST", "create", None, body, check_mode=check_mode, fieldManager=FIELD_MANAGER)
@@ -53,7 +52,7 @@ class RestClient(RestTransport):
 
     def delete(self, name, check_mode=False):
         """Delete object ``name``; False when there was none."""
-        return self._object("DELETE", "delete", name, missing=(False,), check_mode=check_mode) is not False
+        return self._object("DELETE", "delete", name, missing=False, check_mode=check_mode) is not False
 
     # ------------------------------------------------------ the node's own Node
 

@@ -33,6 +33,7 @@ FUNCTION_NOT_FOUND = 13
 GPU_IS_LOST = 15
 RESET_REQUIRED = 16
 LIB_RM_VERSION_MISMATCH = 18
+TIMEOUT = 10   # a wait ended with nothing to report
 UNKNOWN = 999
 
 # Answers that mean "this card or driver cannot tell": the field is left out.

@@ -14,9 +14,7 @@ import ctypes
 import threading
 import time
 
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import pynvml
-
-TIMEOUT = 10   # NVML_ERROR_TIMEOUT: the wait ended with nothing to report
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import TIMEOUT, error_code, pynvml
 
 
 class XidRecord:
@@ -108,7 +106,7 @@ class XidEvents:
         try:
             data = pynvml.nvmlEventSetWait(event_set, timeout_ms)
         except pynvml.NVMLError as error:
-            if getattr(error, "value", None) != TIMEOUT:
+            if error_code(error) != TIMEOUT:
                 self.free()
             return None
         return self._indexes.get(handle_key(data.device)), int(data.eventData)
