@@ -36,7 +36,9 @@
 
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_MAX_GPUS 256
-#define SIM_MAX_MIG 8
+#define SIM_MAX_MIG 16     /* entries of "migDevices": GPU instances and their compute instances */
+#define SIM_MAX_GI_ID 16
+#define SIM_MAX_CI_ID 8
 
 /* ------------------------------------------------------------------ JSON */
 
@@ -304,6 +306,8 @@ static struct timespec sim_loaded_at;          /* when the scenario was last loa
 /* Stable addresses that serve as handles: they never dangle across reloads. */
 static char sim_gpu_handles[SIM_MAX_GPUS];
 static char sim_mig_handles[SIM_MAX_GPUS][SIM_MAX_MIG];
+static struct nvmlGpuInstance_st { char unused; } sim_gi_handles[SIM_MAX_GPUS][SIM_MAX_GI_ID];
+static struct nvmlComputeInstance_st { char unused; } sim_ci_handles[SIM_MAX_GPUS][SIM_MAX_GI_ID][SIM_MAX_CI_ID];
 
 static const struct { const char *name; nvmlReturn_t code; const char *text; } sim_errors[] = {
     {"SUCCESS", NVML_SUCCESS, "Success"},
@@ -327,6 +331,8 @@ static const struct { const char *name; nvmlReturn_t code; const char *text; } s
     {"LIB_RM_VERSION_MISMATCH", NVML_ERROR_LIB_RM_VERSION_MISMATCH, "RM has detected an NVML/RM version mismatch."},
     {"MEMORY", NVML_ERROR_MEMORY, "Insufficient Memory"},
     {"NO_DATA", NVML_ERROR_NO_DATA, "No data"},
+    {"IN_USE", NVML_ERROR_IN_USE, "In use by another client"},
+    {"INSUFFICIENT_RESOURCES", NVML_ERROR_INSUFFICIENT_RESOURCES, "Insufficient resources"},
     {"UNKNOWN", NVML_ERROR_UNKNOWN, "Unknown Error"},
 };
 
@@ -490,7 +496,8 @@ static int sim_resolve(nvmlDevice_t handle, sim_device *out)
             return 0;
         list = j_get(sim_devices[out->index], "migDevices");
         out->mig = j_at(list, offset % SIM_MAX_MIG);
-        if (!out->mig)
+        /* an entry without a compute instance is a bare GPU instance, not a MIG device */
+        if (!out->mig || !j_get(out->mig, "computeInstanceId"))
             return 0;
     } else {
         return 0;
@@ -1210,9 +1217,20 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
         max_devices = SIM_MAX_MIG;
     if (index >= (unsigned long long)max_devices)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    if (!j_at(j_get(dev.gpu, "migDevices"), index))
-        SIM_RETURN(NVML_ERROR_NOT_FOUND);
-    *migDevice = (nvmlDevice_t)&sim_mig_handles[dev.index][index];
+    {
+        /* MIG devices are the entries with a compute instance, counted in order */
+        unsigned int position = 0, seen = 0;
+        const jval *entry = j_get(dev.gpu, "migDevices");
+        for (entry = entry ? entry->child : NULL; entry; entry = entry->next, position++) {
+            if (!j_get(entry, "computeInstanceId"))
+                continue;
+            if (seen++ == index)
+                break;
+        }
+        if (!entry || position >= SIM_MAX_MIG)
+            SIM_RETURN(NVML_ERROR_NOT_FOUND);
+        *migDevice = (nvmlDevice_t)&sim_mig_handles[dev.index][position];
+    }
     SIM_RETURN(NVML_SUCCESS);
 }
 
@@ -1246,6 +1264,1136 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsi
 {
     SIM_DEVICE_CALL(device, dev);
     SIM_RETURN(sim_mig_number(&dev, "computeInstanceId", id));
+}
+
+/* ------------------------------------------------------ MIG management */
+
+/*
+ * GPU instance profiles of the cards that have MIG, as NVIDIA's MIG user guide tables them
+ * (`nvidia-smi mig -lgip`). `size` is the memory slices an instance occupies and `starts` the
+ * placements it may take; two instances conflict when their memory slices overlap.
+ */
+typedef struct {
+    unsigned int profile;   /* NVML_GPU_INSTANCE_PROFILE_* */
+    unsigned int id;        /* the profile's ID, which the create and list calls take */
+    const char *name;
+    unsigned int slices, instances, sms, copy, decoders, encoders, jpegs, ofas;
+    unsigned long long memory_mb;
+    unsigned int size;
+    unsigned int starts[8];
+    unsigned int start_count;
+} sim_gi_profile;
+
+static const sim_gi_profile sim_a100_40gb[] = {
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, "1g.5gb", 1, 7, 14, 1, 0, 0, 0, 0, 4864, 1, {0, 1, 2, 3, 4, 5, 6}, 7},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, "1g.5gb+me", 1, 1, 14, 1, 1, 0, 1, 1, 4864, 1, {0, 1, 2, 3, 4, 5, 6}, 7},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, "1g.10gb", 1, 4, 14, 1, 1, 0, 0, 0, 9856, 2, {0, 2, 4, 6}, 4},
+    {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, "2g.10gb", 2, 3, 28, 2, 1, 0, 0, 0, 9856, 2, {0, 2, 4}, 3},
+    {NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, "3g.20gb", 3, 2, 42, 3, 2, 0, 0, 0, 19968, 4, {0, 4}, 2},
+    {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, "4g.20gb", 4, 1, 56, 4, 2, 0, 0, 0, 19968, 4, {0}, 1},
+    {NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, "7g.40gb", 7, 1, 98, 7, 5, 0, 1, 1, 40192, 8, {0}, 1},
+};
+
+static const sim_gi_profile sim_h100_80gb[] = {
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, "1g.10gb", 1, 7, 16, 1, 1, 0, 1, 0, 9984, 1, {0, 1, 2, 3, 4, 5, 6}, 7},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, "1g.10gb+me", 1, 1, 16, 1, 1, 0, 1, 1, 9984, 1, {0, 1, 2, 3, 4, 5, 6}, 7},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, "1g.20gb", 1, 4, 26, 1, 1, 0, 1, 0, 20096, 2, {0, 2, 4, 6}, 4},
+    {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, "2g.20gb", 2, 3, 32, 2, 2, 0, 2, 0, 20096, 2, {0, 2, 4}, 3},
+    {NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, "3g.40gb", 3, 2, 60, 3, 3, 0, 3, 0, 40448, 4, {0, 4}, 2},
+    {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, "4g.40gb", 4, 1, 64, 4, 4, 0, 4, 0, 40448, 4, {0}, 1},
+    {NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, "7g.80gb", 7, 1, 132, 8, 7, 0, 7, 1, 81152, 8, {0}, 1},
+};
+
+#define SIM_COUNT(a) (unsigned int)(sizeof(a) / sizeof((a)[0]))
+#define SIM_SLICES_TOTAL 7
+
+/* The profile table of a GPU, chosen by its name; NULL for a card without MIG. */
+static const sim_gi_profile *sim_profiles(const jval *gpu, unsigned int *count)
+{
+    const jval *name = j_get(gpu, "name");
+
+    if (!j_get(gpu, "migMode") || !name || name->type != J_STR)
+        return NULL;
+    if (strstr(name->str, "A100") && strstr(name->str, "40GB")) {
+        *count = SIM_COUNT(sim_a100_40gb);
+        return sim_a100_40gb;
+    }
+    if (strstr(name->str, "H100") && strstr(name->str, "80GB")) {
+        *count = SIM_COUNT(sim_h100_80gb);
+        return sim_h100_80gb;
+    }
+    return NULL;
+}
+
+static const sim_gi_profile *sim_profile_where(const jval *gpu, int by_id, unsigned int value)
+{
+    unsigned int count = 0;
+    const sim_gi_profile *table = sim_profiles(gpu, &count);
+
+    for (unsigned int i = 0; table && i < count; i++)
+        if ((by_id ? table[i].id : table[i].profile) == value)
+            return &table[i];
+    return NULL;
+}
+
+/* "NVIDIA A100-SXM4-40GB MIG 1c.3g.20gb" -> profile "3g.20gb", compute slices 1 (0: the whole GI). */
+static const sim_gi_profile *sim_entry_profile(const jval *gpu, const jval *entry, unsigned int *ci_slices)
+{
+    const jval *name = j_get(entry, "name");
+    const char *suffix;
+    unsigned int count = 0;
+    const sim_gi_profile *table = sim_profiles(gpu, &count);
+
+    *ci_slices = 0;
+    if (!table || !name || name->type != J_STR || !(suffix = strstr(name->str, " MIG ")))
+        return NULL;
+    suffix += 5;
+    if (isdigit((unsigned char)suffix[0]) && suffix[1] == 'c' && suffix[2] == '.') {
+        *ci_slices = (unsigned int)(suffix[0] - '0');
+        suffix += 3;
+    }
+    for (unsigned int i = 0; i < count; i++)
+        if (strcmp(table[i].name, suffix) == 0) {
+            if (!*ci_slices)
+                *ci_slices = table[i].slices;
+            return &table[i];
+        }
+    return NULL;
+}
+
+static int sim_entry_number(const jval *entry, const char *key, long long fallback)
+{
+    long long value;
+    return sim_number(entry, key, &value) ? (int)value : (int)fallback;
+}
+
+/* The first entry of GPU instance `gi_id`, or NULL. */
+static const jval *sim_gi_entry(const jval *gpu, unsigned int gi_id)
+{
+    const jval *list = j_get(gpu, "migDevices");
+    for (const jval *e = list ? list->child : NULL; e; e = e->next)
+        if (sim_entry_number(e, "gpuInstanceId", -1) == (int)gi_id)
+            return e;
+    return NULL;
+}
+
+/*
+ * Where each GPU instance sits: its "placement" when the scenario gives one, else the first
+ * free start of its profile, in the order the instances are listed. Fills used[] with the
+ * memory slices taken and returns the start of `gi_id` (or -1).
+ */
+static int sim_placements(const jval *gpu, int gi_id, unsigned char used[8])
+{
+    const jval *list = j_get(gpu, "migDevices");
+    int found = -1;
+    unsigned char seen[SIM_MAX_GI_ID] = {0};
+
+    memset(used, 0, 8);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0 lays out the instances with a placement, pass 1 the others */
+        for (const jval *e = list ? list->child : NULL; e; e = e->next) {
+            int id = sim_entry_number(e, "gpuInstanceId", -1), start = -1;
+            unsigned int ci_slices;
+            const sim_gi_profile *profile = sim_entry_profile(gpu, e, &ci_slices);
+            long long given;
+
+            if (id < 0 || id >= SIM_MAX_GI_ID || seen[id] || !profile)
+                continue;
+            if (sim_number(e, "placement", &given) != (pass == 0))
+                continue;
+            seen[id] = 1;
+            if (pass == 0) {
+                start = (int)given;
+            } else {
+                for (unsigned int s = 0; s < profile->start_count && start < 0; s++) {
+                    int free = 1;
+                    for (unsigned int k = 0; k < profile->size; k++)
+                        free &= profile->starts[s] + k < 8 && !used[profile->starts[s] + k];
+                    if (free)
+                        start = (int)profile->starts[s];
+                }
+            }
+            if (start < 0)
+                continue;
+            for (unsigned int k = 0; k < profile->size && start + (int)k < 8; k++)
+                used[start + k] = 1;
+            if (id == gi_id)
+                found = start;
+        }
+    }
+    return found;
+}
+
+static unsigned int sim_used_compute_slices(const jval *gpu)
+{
+    const jval *list = j_get(gpu, "migDevices");
+    unsigned char seen[SIM_MAX_GI_ID] = {0};
+    unsigned int total = 0, ci_slices;
+
+    for (const jval *e = list ? list->child : NULL; e; e = e->next) {
+        int id = sim_entry_number(e, "gpuInstanceId", -1);
+        const sim_gi_profile *profile = sim_entry_profile(gpu, e, &ci_slices);
+        if (id >= 0 && id < SIM_MAX_GI_ID && !seen[id] && profile) {
+            seen[id] = 1;
+            total += profile->slices;
+        }
+    }
+    return total;
+}
+
+static unsigned int sim_instances_of(const jval *gpu, const sim_gi_profile *profile)
+{
+    const jval *list = j_get(gpu, "migDevices");
+    unsigned char seen[SIM_MAX_GI_ID] = {0};
+    unsigned int n = 0, ci_slices;
+
+    for (const jval *e = list ? list->child : NULL; e; e = e->next) {
+        int id = sim_entry_number(e, "gpuInstanceId", -1);
+        if (id >= 0 && id < SIM_MAX_GI_ID && !seen[id] && sim_entry_profile(gpu, e, &ci_slices) == profile) {
+            seen[id] = 1;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Whether `profile` fits at `start` beside the instances there are. */
+static int sim_fits(const jval *gpu, const sim_gi_profile *profile, unsigned int start)
+{
+    unsigned char used[8];
+    int allowed = 0;
+
+    for (unsigned int s = 0; s < profile->start_count; s++)
+        allowed |= profile->starts[s] == start;
+    if (!allowed || sim_instances_of(gpu, profile) >= profile->instances ||
+        sim_used_compute_slices(gpu) + profile->slices > SIM_SLICES_TOTAL)
+        return 0;
+    sim_placements(gpu, -1, used);
+    for (unsigned int k = 0; k < profile->size; k++)
+        if (start + k >= 8 || used[start + k])
+            return 0;
+    return 1;
+}
+
+static int sim_mig_enabled(const jval *gpu)
+{
+    long long current = 0;
+    sim_number(j_get(gpu, "migMode"), "current", &current);
+    return current != 0;
+}
+
+/* ---- writing the scenario back: a created or destroyed instance outlives the process, as on a driver */
+
+static void j_dump_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void j_dump(FILE *f, const jval *v, int depth)
+{
+    switch (v->type) {
+    case J_NULL:
+        fputs("null", f);
+        break;
+    case J_BOOL:
+        fputs(v->num ? "true" : "false", f);
+        break;
+    case J_NUM:
+        fprintf(f, "%lld", v->num);
+        break;
+    case J_STR:
+        j_dump_string(f, v->str);
+        break;
+    case J_ARR:
+    case J_OBJ:
+        fputc(v->type == J_ARR ? '[' : '{', f);
+        for (const jval *c = v->child; c; c = c->next) {
+            fprintf(f, "\n%*s", 2 * (depth + 1), "");
+            if (v->type == J_OBJ) {
+                j_dump_string(f, c->key);
+                fputs(": ", f);
+            }
+            j_dump(f, c, depth + 1);
+            if (c->next)
+                fputc(',', f);
+        }
+        if (v->child)
+            fprintf(f, "\n%*s", 2 * depth, "");
+        fputc(v->type == J_ARR ? ']' : '}', f);
+        break;
+    }
+}
+
+/* Writes the scenario in memory over its file (beside it, then renamed), keeping it loaded. */
+static nvmlReturn_t sim_save(void)
+{
+    const char *path = sim_config_path();
+    char tmp[PATH_MAX];
+    struct stat st;
+    FILE *f;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.nvmlsim-%d", path, (int)getpid()) >= (int)sizeof(tmp) ||
+        !(f = fopen(tmp, "w"))) {
+        fprintf(stderr, "nvml-simulator: cannot write %s: %s\n", path, strerror(errno));
+        return NVML_ERROR_NO_PERMISSION;
+    }
+    j_dump(f, sim_root, 0);
+    fputc('\n', f);
+    if (fclose(f) != 0 || rename(tmp, path) != 0 || stat(path, &st) != 0) {
+        fprintf(stderr, "nvml-simulator: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+        return NVML_ERROR_UNKNOWN;
+    }
+    sim_loaded_mtime = st.st_mtim;
+    sim_loaded_size = st.st_size;
+    sim_loaded_ino = st.st_ino;
+    return NVML_SUCCESS;
+}
+
+static jval *j_member(jval *obj, const char *key, jtype type)
+{
+    jval *m = (jval *)j_get(obj, key), **tail;
+
+    if (m)
+        return m;
+    m = j_new(type);
+    m->key = strdup(key);
+    for (tail = &obj->child; *tail; tail = &(*tail)->next)
+        ;
+    *tail = m;
+    return m;
+}
+
+static void j_set_number(jval *obj, const char *key, long long value)
+{
+    jval *m = j_member(obj, key, J_NUM);
+    m->type = J_NUM;
+    m->num = value;
+}
+
+static void j_set_string(jval *obj, const char *key, const char *value)
+{
+    jval *m = j_member(obj, key, J_STR);
+    free(m->str);
+    m->type = J_STR;
+    m->str = strdup(value);
+}
+
+/* Removes the entries of `list` for which keep() says no; returns how many went. */
+static unsigned int j_remove_where(jval *list, int gi_id, int ci_id)
+{
+    unsigned int removed = 0;
+    for (jval **e = &list->child; *e;) {
+        int gi = sim_entry_number(*e, "gpuInstanceId", -1), ci = sim_entry_number(*e, "computeInstanceId", -1);
+        if (gi == gi_id && (ci_id < 0 || ci == ci_id || !j_get(*e, "computeInstanceId"))) {
+            jval *gone = *e;
+            *e = gone->next;
+            gone->next = NULL;
+            j_free(gone);
+            removed++;
+        } else {
+            e = &(*e)->next;
+        }
+    }
+    return removed;
+}
+
+/* ---- handles of GPU and compute instances */
+
+typedef struct {
+    unsigned int index;   /* the GPU */
+    unsigned int gi_id;
+    unsigned int ci_id;
+    const jval *gpu;
+    const jval *entry;    /* the first entry of the GPU instance, or the compute instance's */
+    const sim_gi_profile *profile;
+    unsigned int ci_slices;
+} sim_instance;
+
+static int sim_resolve_gi(nvmlGpuInstance_t handle, sim_instance *out)
+{
+    uintptr_t h = (uintptr_t)handle, base = (uintptr_t)sim_gi_handles;
+
+    if (h < base || h >= base + sizeof(sim_gi_handles))
+        return 0;
+    out->index = (unsigned int)((h - base) / sizeof(sim_gi_handles[0]));
+    out->gi_id = (unsigned int)((h - base) % sizeof(sim_gi_handles[0]) / sizeof(sim_gi_handles[0][0]));
+    if (out->index >= sim_device_count)
+        return 0;
+    out->gpu = sim_devices[out->index];
+    out->entry = sim_gi_entry(out->gpu, out->gi_id);
+    out->profile = out->entry ? sim_entry_profile(out->gpu, out->entry, &out->ci_slices) : NULL;
+    return out->profile != NULL;
+}
+
+static int sim_resolve_ci(nvmlComputeInstance_t handle, sim_instance *out)
+{
+    uintptr_t h = (uintptr_t)handle, base = (uintptr_t)sim_ci_handles;
+    const jval *list;
+
+    if (h < base || h >= base + sizeof(sim_ci_handles))
+        return 0;
+    h -= base;
+    out->index = (unsigned int)(h / sizeof(sim_ci_handles[0]));
+    out->gi_id = (unsigned int)(h % sizeof(sim_ci_handles[0]) / sizeof(sim_ci_handles[0][0]));
+    out->ci_id = (unsigned int)(h % sizeof(sim_ci_handles[0][0]));
+    if (out->index >= sim_device_count)
+        return 0;
+    out->gpu = sim_devices[out->index];
+    list = j_get(out->gpu, "migDevices");
+    for (const jval *e = list ? list->child : NULL; e; e = e->next)
+        if (sim_entry_number(e, "gpuInstanceId", -1) == (int)out->gi_id &&
+            sim_entry_number(e, "computeInstanceId", -1) == (int)out->ci_id) {
+            out->entry = e;
+            out->profile = sim_entry_profile(out->gpu, e, &out->ci_slices);
+            return out->profile != NULL;
+        }
+    return 0;
+}
+
+#define SIM_INSTANCE_CALL(resolve, handle, inst)                              \
+    sim_instance inst;                                                        \
+    pthread_mutex_lock(&sim_lock);                                            \
+    sim_call(__func__);                                                       \
+    if (!sim_init_refcount)                                                   \
+        SIM_RETURN(NVML_ERROR_UNINITIALIZED);                                 \
+    if (!resolve((handle), &inst))                                            \
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                              \
+    if (sim_injected(inst.gpu, __func__) != NVML_SUCCESS)                     \
+        SIM_RETURN(sim_injected(inst.gpu, __func__))
+
+/* A device call that needs a full GPU whose MIG mode is on. */
+#define SIM_MIG_GPU_CALL(handle, dev)                                         \
+    SIM_DEVICE_CALL(handle, dev);                                             \
+    if (dev.mig)                                                              \
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                              \
+    if (!sim_mig_enabled(dev.gpu) || !sim_profiles(dev.gpu, &(unsigned int){0})) \
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED)
+
+/* ---- MIG mode */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus)
+{
+    jval *mig;
+    long long reset_required = 0;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (dev.mig || !activationStatus || (mode != NVML_DEVICE_MIG_ENABLE && mode != NVML_DEVICE_MIG_DISABLE))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    mig = (jval *)j_get(dev.gpu, "migMode");
+    if (!mig)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (mode == NVML_DEVICE_MIG_DISABLE && j_len(j_get(dev.gpu, "migDevices")))
+        SIM_RETURN(NVML_ERROR_IN_USE);
+    j_set_number(mig, "pending", mode);
+    /* The driver resets the GPU to apply the mode: it cannot while a process holds it, and some
+     * systems (a VM whose hypervisor owns the reset) need a reboot. */
+    sim_number(dev.gpu, "migResetRequired", &reset_required);
+    if (reset_required)
+        *activationStatus = NVML_ERROR_RESET_REQUIRED;
+    else if (j_len(j_get(dev.gpu, "processes")))
+        *activationStatus = NVML_ERROR_IN_USE;
+    else {
+        *activationStatus = NVML_SUCCESS;
+        j_set_number(mig, "current", mode);
+    }
+    SIM_RETURN(sim_save());
+}
+
+/* ---- GPU instance profiles and placements */
+
+static void sim_fill_gi_profile(const sim_gi_profile *p, unsigned int *id, unsigned int *slices,
+                                unsigned int *instances, unsigned int *sms, unsigned int *copy,
+                                unsigned int *dec, unsigned int *enc, unsigned int *jpeg, unsigned int *ofa,
+                                unsigned long long *memory)
+{
+    *id = p->id;
+    *slices = p->slices;
+    *instances = p->instances;
+    *sms = p->sms;
+    *copy = p->copy;
+    *dec = p->decoders;
+    *enc = p->encoders;
+    *jpeg = p->jpegs;
+    *ofa = p->ofas;
+    *memory = p->memory_mb;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                            nvmlGpuInstanceProfileInfo_t *info)
+{
+    const sim_gi_profile *p;
+
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!info || profile >= NVML_GPU_INSTANCE_PROFILE_COUNT)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!(p = sim_profile_where(dev.gpu, 0, profile)))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    memset(info, 0, sizeof(*info));
+    sim_fill_gi_profile(p, &info->id, &info->sliceCount, &info->instanceCount, &info->multiprocessorCount,
+                        &info->copyEngineCount, &info->decoderCount, &info->encoderCount, &info->jpegCount,
+                        &info->ofaCount, &info->memorySizeMB);
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+static nvmlReturn_t sim_gi_profile_v(const sim_gi_profile *p, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    unsigned int version = info->version;
+
+    if (!p)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (version == nvmlGpuInstanceProfileInfo_v3) {
+        nvmlGpuInstanceProfileInfo_v3_t *v3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
+        memset(v3, 0, sizeof(*v3));
+        v3->version = version;
+        sim_fill_gi_profile(p, &v3->id, &v3->sliceCount, &v3->instanceCount, &v3->multiprocessorCount,
+                            &v3->copyEngineCount, &v3->decoderCount, &v3->encoderCount, &v3->jpegCount,
+                            &v3->ofaCount, &v3->memorySizeMB);
+        snprintf(v3->name, sizeof(v3->name), "MIG %s", p->name);
+        return NVML_SUCCESS;
+    }
+    if (version != nvmlGpuInstanceProfileInfo_v2 && version != 0)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memset(info, 0, sizeof(*info));
+    info->version = nvmlGpuInstanceProfileInfo_v2;
+    sim_fill_gi_profile(p, &info->id, &info->sliceCount, &info->instanceCount, &info->multiprocessorCount,
+                        &info->copyEngineCount, &info->decoderCount, &info->encoderCount, &info->jpegCount,
+                        &info->ofaCount, &info->memorySizeMB);
+    snprintf(info->name, sizeof(info->name), "MIG %s", p->name);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
+                                                             nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!info || profile >= NVML_GPU_INSTANCE_PROFILE_COUNT)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_RETURN(sim_gi_profile_v(sim_profile_where(dev.gpu, 0, profile), info));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsigned int profileId,
+                                                                 nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!info)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_RETURN(sim_gi_profile_v(sim_profile_where(dev.gpu, 1, profileId), info));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId,
+                                                                      nvmlGpuInstancePlacement_t *placements,
+                                                                      unsigned int *count)
+{
+    const sim_gi_profile *p;
+
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!count || !(p = sim_profile_where(dev.gpu, 1, profileId)))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!placements) {
+        *count = p->start_count;
+        SIM_RETURN(NVML_SUCCESS);
+    }
+    if (*count < p->start_count) {
+        *count = p->start_count;
+        SIM_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned int i = 0; i < p->start_count; i++) {
+        placements[i].start = p->starts[i];
+        placements[i].size = p->size;
+    }
+    *count = p->start_count;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId,
+                                                                  unsigned int *count)
+{
+    const sim_gi_profile *p;
+    unsigned int n = 0;
+
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!count || !(p = sim_profile_where(dev.gpu, 1, profileId)))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned int i = 0; i < p->start_count; i++)
+        n += (unsigned int)sim_fits(dev.gpu, p, p->starts[i]);
+    if (n > p->instances - sim_instances_of(dev.gpu, p))
+        n = p->instances - sim_instances_of(dev.gpu, p);
+    *count = n;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* ---- creating and destroying GPU instances */
+
+static void sim_uuid(char *out, size_t size, const char *parent, unsigned int gi, unsigned int ci, int start)
+{
+    unsigned long long h = 1469598103934665603ULL;
+    char seed[128];
+
+    snprintf(seed, sizeof(seed), "%s/%u/%u/%d", parent, gi, ci, start);
+    for (const char *c = seed; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    snprintf(out, size, "MIG-%08x-%04x-%04x-%04x-%012llx", (unsigned int)(h >> 32), (unsigned int)(h >> 16) & 0xffff,
+             0x5000 | ((unsigned int)h & 0x0fff), 0x8000 | ((unsigned int)(h >> 48) & 0x3fff),
+             (h * 31) & 0xffffffffffffULL);
+}
+
+static nvmlReturn_t sim_create_gi(const sim_device *dev, const sim_gi_profile *p, int start,
+                                  nvmlGpuInstance_t *out)
+{
+    jval *gpu = (jval *)dev->gpu, *list, *entry, *memory, **tail;
+    const jval *parent_name = j_get(gpu, "name");
+    unsigned int id;
+    char name[128];
+
+    if (start < 0) {
+        for (unsigned int s = 0; s < p->start_count && start < 0; s++)
+            if (sim_fits(gpu, p, p->starts[s]))
+                start = (int)p->starts[s];
+        if (start < 0)
+            return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    } else if (!sim_fits(gpu, p, (unsigned int)start)) {
+        return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    }
+    /* the whole-GPU profile takes ID 0; the others the lowest free ID from 1 */
+    for (id = p->slices == SIM_SLICES_TOTAL ? 0 : 1; id < SIM_MAX_GI_ID && sim_gi_entry(gpu, id); id++)
+        ;
+    if (id >= SIM_MAX_GI_ID || j_len(j_get(gpu, "migDevices")) >= SIM_MAX_MIG)
+        return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    list = j_member(gpu, "migDevices", J_ARR);
+    entry = j_new(J_OBJ);
+    snprintf(name, sizeof(name), "%s MIG %s", parent_name && parent_name->type == J_STR ? parent_name->str : "GPU",
+             p->name);
+    j_set_string(entry, "name", name);
+    j_set_number(entry, "gpuInstanceId", id);
+    j_set_number(entry, "placement", start);
+    memory = j_member(entry, "memory", J_OBJ);
+    j_set_number(memory, "total", (long long)(p->memory_mb << 20));
+    j_set_number(memory, "free", (long long)(p->memory_mb << 20) - 13631488LL);
+    j_member(entry, "processes", J_ARR);
+    for (tail = &list->child; *tail; tail = &(*tail)->next)
+        ;
+    *tail = entry;
+    if (out)
+        *out = &sim_gi_handles[dev->index][id];
+    return sim_save();
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId,
+                                                    nvmlGpuInstance_t *gpuInstance)
+{
+    const sim_gi_profile *p;
+
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!gpuInstance || !(p = sim_profile_where(dev.gpu, 1, profileId)))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_RETURN(sim_create_gi(&dev, p, -1, gpuInstance));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId,
+                                                                 const nvmlGpuInstancePlacement_t *placement,
+                                                                 nvmlGpuInstance_t *gpuInstance)
+{
+    const sim_gi_profile *p;
+
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!gpuInstance || !placement || !(p = sim_profile_where(dev.gpu, 1, profileId)) || placement->size != p->size)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_RETURN(sim_create_gi(&dev, p, (int)placement->start, gpuInstance));
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
+{
+    const jval *list;
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    list = j_get(gi.gpu, "migDevices");
+    for (const jval *e = list->child; e; e = e->next)
+        if (sim_entry_number(e, "gpuInstanceId", -1) == (int)gi.gi_id && j_get(e, "computeInstanceId"))
+            SIM_RETURN(NVML_ERROR_IN_USE);
+    j_remove_where((jval *)list, (int)gi.gi_id, -1);
+    SIM_RETURN(sim_save());
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
+                                                  nvmlGpuInstance_t *gpuInstances, unsigned int *count)
+{
+    const sim_gi_profile *p;
+    const jval *list;
+    unsigned char seen[SIM_MAX_GI_ID] = {0};
+    unsigned int n = 0, ci_slices;
+
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!count || !gpuInstances || !(p = sim_profile_where(dev.gpu, 1, profileId)))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    list = j_get(dev.gpu, "migDevices");
+    for (const jval *e = list ? list->child : NULL; e; e = e->next) {
+        int id = sim_entry_number(e, "gpuInstanceId", -1);
+        if (id < 0 || id >= SIM_MAX_GI_ID || seen[id] || sim_entry_profile(dev.gpu, e, &ci_slices) != p)
+            continue;
+        seen[id] = 1;
+        if (n < *count)
+            gpuInstances[n] = &sim_gi_handles[dev.index][id];
+        n++;
+    }
+    if (n > *count) {
+        *count = n;
+        SIM_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    *count = n;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                     nvmlGpuInstance_t *gpuInstance)
+{
+    unsigned int ci_slices;
+    const jval *entry;
+
+    SIM_MIG_GPU_CALL(device, dev);
+    if (!gpuInstance || id >= SIM_MAX_GI_ID)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    entry = sim_gi_entry(dev.gpu, id);
+    if (!entry || !sim_entry_profile(dev.gpu, entry, &ci_slices))
+        SIM_RETURN(NVML_ERROR_NOT_FOUND);
+    *gpuInstance = &sim_gi_handles[dev.index][id];
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    unsigned char used[8];
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    if (!info)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    memset(info, 0, sizeof(*info));
+    info->device = (nvmlDevice_t)&sim_gpu_handles[gi.index];
+    info->id = gi.gi_id;
+    info->profileId = gi.profile->id;
+    info->placement.start = (unsigned int)sim_placements(gi.gpu, (int)gi.gi_id, used);
+    info->placement.size = gi.profile->size;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* ---- compute instances: a compute instance profile's index is also its ID */
+
+static const unsigned int sim_ci_slices_of[NVML_COMPUTE_INSTANCE_PROFILE_COUNT] = {1, 2, 3, 4, 7, 8, 6, 0, 0};
+
+static int sim_ci_profile_of_slices(unsigned int slices)
+{
+    for (unsigned int i = 0; i < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; i++)
+        if (sim_ci_slices_of[i] == slices)
+            return (int)i;
+    return -1;
+}
+
+static nvmlReturn_t sim_fill_ci_profile(const sim_instance *gi, unsigned int profile, unsigned int eng,
+                                        nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    unsigned int slices;
+
+    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT || eng >= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    slices = sim_ci_slices_of[profile];
+    if (!slices || slices > gi->profile->slices)
+        return NVML_ERROR_NOT_SUPPORTED;
+    info->id = profile;
+    info->sliceCount = slices;
+    info->instanceCount = gi->profile->slices / slices;
+    info->multiprocessorCount = gi->profile->sms * slices / gi->profile->slices;
+    info->sharedCopyEngineCount = gi->profile->copy;
+    info->sharedDecoderCount = gi->profile->decoders;
+    info->sharedEncoderCount = gi->profile->encoders;
+    info->sharedJpegCount = gi->profile->jpegs;
+    info->sharedOfaCount = gi->profile->ofas;
+    if (slices == gi->profile->slices)
+        snprintf(info->name, sizeof(info->name), "MIG %s", gi->profile->name);
+    else
+        snprintf(info->name, sizeof(info->name), "MIG %uc.%s", slices, gi->profile->name);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                                     unsigned int engProfile,
+                                                                     nvmlComputeInstanceProfileInfo_t *info)
+{
+    nvmlComputeInstanceProfileInfo_v2_t full = {0};
+    nvmlReturn_t rc;
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    if (!info)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    rc = sim_fill_ci_profile(&gi, profile, engProfile, &full);
+    if (rc == NVML_SUCCESS) {
+        info->id = full.id;
+        info->sliceCount = full.sliceCount;
+        info->instanceCount = full.instanceCount;
+        info->multiprocessorCount = full.multiprocessorCount;
+        info->sharedCopyEngineCount = full.sharedCopyEngineCount;
+        info->sharedDecoderCount = full.sharedDecoderCount;
+        info->sharedEncoderCount = full.sharedEncoderCount;
+        info->sharedJpegCount = full.sharedJpegCount;
+        info->sharedOfaCount = full.sharedOfaCount;
+    }
+    SIM_RETURN(rc);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance,
+                                                                      unsigned int profile, unsigned int engProfile,
+                                                                      nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    unsigned int version;
+    nvmlReturn_t rc;
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    if (!info)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    version = info->version;
+    if (version != 0 && version != nvmlComputeInstanceProfileInfo_v2 && version != nvmlComputeInstanceProfileInfo_v3)
+        SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    memset(info, 0, version == nvmlComputeInstanceProfileInfo_v3 ? sizeof(nvmlComputeInstanceProfileInfo_v3_t)
+                                                                 : sizeof(*info));
+    rc = sim_fill_ci_profile(&gi, profile, engProfile, info);
+    info->version = version ? version : nvmlComputeInstanceProfileInfo_v2;
+    SIM_RETURN(rc);
+}
+
+static unsigned int sim_ci_used_slices(const sim_instance *gi, unsigned char used[8])
+{
+    const jval *list = j_get(gi->gpu, "migDevices");
+    unsigned int total = 0;
+
+    memset(used, 0, 8);
+    for (const jval *e = list ? list->child : NULL; e; e = e->next) {
+        unsigned int ci_slices;
+        long long start;
+        if (sim_entry_number(e, "gpuInstanceId", -1) != (int)gi->gi_id || !j_get(e, "computeInstanceId"))
+            continue;
+        sim_entry_profile(gi->gpu, e, &ci_slices);
+        if (!sim_number(e, "computePlacement", &start))
+            start = total;
+        for (unsigned int k = 0; k < ci_slices && start + k < 8; k++)
+            used[start + k] = 1;
+        total += ci_slices;
+    }
+    return total;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance,
+                                                                           unsigned int profileId, unsigned int *count)
+{
+    unsigned char used[8];
+    unsigned int slices;
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    if (!count || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    slices = sim_ci_slices_of[profileId];
+    if (!slices || slices > gi.profile->slices)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *count = (gi.profile->slices - sim_ci_used_slices(&gi, used)) / slices;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                             nvmlComputeInstance_t *computeInstance)
+{
+    unsigned char used[8];
+    unsigned int slices, ci_id = 0, start = 0;
+    jval *list, *entry;
+    const jval *first, *parent_uuid;
+    char name[128], uuid[64];
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    if (!computeInstance || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    slices = sim_ci_slices_of[profileId];
+    if (!slices || slices > gi.profile->slices)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (sim_ci_used_slices(&gi, used) + slices > gi.profile->slices)
+        SIM_RETURN(NVML_ERROR_INSUFFICIENT_RESOURCES);
+    while (start < 8 && used[start])
+        start++;
+    list = (jval *)j_get(gi.gpu, "migDevices");
+    for (const jval *e = list->child; e; e = e->next)
+        if (sim_entry_number(e, "gpuInstanceId", -1) == (int)gi.gi_id &&
+            sim_entry_number(e, "computeInstanceId", -1) >= (int)ci_id)
+            ci_id = (unsigned int)sim_entry_number(e, "computeInstanceId", -1) + 1;
+    if (ci_id >= SIM_MAX_CI_ID)
+        SIM_RETURN(NVML_ERROR_INSUFFICIENT_RESOURCES);
+    /* the GPU instance's bare entry becomes its first compute instance; later ones are copies */
+    first = gi.entry;
+    if (j_get(first, "computeInstanceId")) {
+        jval **tail;
+        const jval *memory = j_get(first, "memory");
+        entry = j_new(J_OBJ);
+        j_set_number(entry, "gpuInstanceId", gi.gi_id);
+        j_set_number(entry, "placement", sim_entry_number(first, "placement", 0));
+        if (memory) {
+            jval *m = j_member(entry, "memory", J_OBJ);
+            j_set_number(m, "total", sim_entry_number(memory, "total", 0));
+            j_set_number(m, "free", sim_entry_number(memory, "free", 0));
+        }
+        j_member(entry, "processes", J_ARR);
+        for (tail = &list->child; *tail; tail = &(*tail)->next)
+            ;
+        *tail = entry;
+    } else {
+        entry = (jval *)first;
+    }
+    parent_uuid = j_get(gi.gpu, "uuid");
+    {
+        const jval *parent_name = j_get(gi.gpu, "name");
+        const char *pn = parent_name && parent_name->type == J_STR ? parent_name->str : "GPU";
+        if (slices == gi.profile->slices)
+            snprintf(name, sizeof(name), "%s MIG %s", pn, gi.profile->name);
+        else
+            snprintf(name, sizeof(name), "%s MIG %uc.%s", pn, slices, gi.profile->name);
+    }
+    j_set_string(entry, "name", name);
+    sim_uuid(uuid, sizeof(uuid), parent_uuid && parent_uuid->type == J_STR ? parent_uuid->str : "", gi.gi_id, ci_id,
+             sim_entry_number(first, "placement", 0));
+    j_set_string(entry, "uuid", uuid);
+    j_set_number(entry, "computeInstanceId", ci_id);
+    j_set_number(entry, "computePlacement", start);
+    *computeInstance = &sim_ci_handles[gi.index][gi.gi_id][ci_id];
+    SIM_RETURN(sim_save());
+}
+
+SIM_EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance)
+{
+    jval *list;
+    unsigned int left = 0;
+
+    SIM_INSTANCE_CALL(sim_resolve_ci, computeInstance, ci);
+    if (j_len(j_get(ci.entry, "processes")))
+        SIM_RETURN(NVML_ERROR_IN_USE);
+    list = (jval *)j_get(ci.gpu, "migDevices");
+    for (const jval *e = list->child; e; e = e->next)
+        left += sim_entry_number(e, "gpuInstanceId", -1) == (int)ci.gi_id;
+    if (left > 1) {
+        j_remove_where(list, (int)ci.gi_id, (int)ci.ci_id);
+    } else {
+        /* the last compute instance leaves its GPU instance bare */
+        jval *entry = (jval *)ci.entry;
+        for (jval **m = &entry->child; *m;) {
+            if (strcmp((*m)->key, "computeInstanceId") == 0 || strcmp((*m)->key, "uuid") == 0 ||
+                strcmp((*m)->key, "computePlacement") == 0) {
+                jval *gone = *m;
+                *m = gone->next;
+                gone->next = NULL;
+                j_free(gone);
+            } else {
+                m = &(*m)->next;
+            }
+        }
+        {
+            const jval *parent_name = j_get(ci.gpu, "name");
+            char name[128];
+            snprintf(name, sizeof(name), "%s MIG %s",
+                     parent_name && parent_name->type == J_STR ? parent_name->str : "GPU", ci.profile->name);
+            j_set_string(entry, "name", name);
+        }
+    }
+    SIM_RETURN(sim_save());
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                           nvmlComputeInstance_t *computeInstances,
+                                                           unsigned int *count)
+{
+    const jval *list;
+    unsigned int n = 0;
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    if (!count || !computeInstances || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    list = j_get(gi.gpu, "migDevices");
+    for (const jval *e = list->child; e; e = e->next) {
+        unsigned int ci_slices;
+        int ci_id = sim_entry_number(e, "computeInstanceId", -1);
+        if (sim_entry_number(e, "gpuInstanceId", -1) != (int)gi.gi_id || ci_id < 0 || ci_id >= SIM_MAX_CI_ID)
+            continue;
+        sim_entry_profile(gi.gpu, e, &ci_slices);
+        if (sim_ci_profile_of_slices(ci_slices) != (int)profileId)
+            continue;
+        if (n < *count)
+            computeInstances[n] = &sim_ci_handles[gi.index][gi.gi_id][ci_id];
+        n++;
+    }
+    if (n > *count) {
+        *count = n;
+        SIM_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    *count = n;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
+                                                              nvmlComputeInstance_t *computeInstance)
+{
+    const jval *list;
+
+    SIM_INSTANCE_CALL(sim_resolve_gi, gpuInstance, gi);
+    if (!computeInstance || id >= SIM_MAX_CI_ID)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    list = j_get(gi.gpu, "migDevices");
+    for (const jval *e = list->child; e; e = e->next)
+        if (sim_entry_number(e, "gpuInstanceId", -1) == (int)gi.gi_id &&
+            sim_entry_number(e, "computeInstanceId", -1) == (int)id) {
+            *computeInstance = &sim_ci_handles[gi.index][gi.gi_id][id];
+            SIM_RETURN(NVML_SUCCESS);
+        }
+    SIM_RETURN(NVML_ERROR_NOT_FOUND);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
+                                                      nvmlComputeInstanceInfo_t *info)
+{
+    long long start = 0;
+
+    SIM_INSTANCE_CALL(sim_resolve_ci, computeInstance, ci);
+    if (!info)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    sim_number(ci.entry, "computePlacement", &start);
+    memset(info, 0, sizeof(*info));
+    info->device = (nvmlDevice_t)&sim_gpu_handles[ci.index];
+    info->gpuInstance = &sim_gi_handles[ci.index][ci.gi_id];
+    info->id = ci.ci_id;
+    info->profileId = (unsigned int)sim_ci_profile_of_slices(ci.ci_slices);
+    info->placement.start = (unsigned int)start;
+    info->placement.size = ci.ci_slices;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance,
+                                                   nvmlComputeInstanceInfo_t *info)
+{
+    return nvmlComputeInstanceGetInfo_v2(computeInstance, info);
+}
+
+/* ---- a MIG device's share of the GPU */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    const sim_gi_profile *p;
+    unsigned int ci_slices;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!attributes)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!dev.mig || !(p = sim_entry_profile(dev.gpu, dev.mig, &ci_slices)))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    memset(attributes, 0, sizeof(*attributes));
+    attributes->multiprocessorCount = p->sms * ci_slices / p->slices;
+    attributes->sharedCopyEngineCount = p->copy;
+    attributes->sharedDecoderCount = p->decoders;
+    attributes->sharedEncoderCount = p->encoders;
+    attributes->sharedJpegCount = p->jpegs;
+    attributes->sharedOfaCount = p->ofas;
+    attributes->gpuInstanceSliceCount = p->slices;
+    attributes->computeInstanceSliceCount = ci_slices;
+    attributes->memorySizeMB = p->memory_mb;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    return nvmlDeviceGetAttributes_v2(device, attributes);
+}
+
+/* ------------------------------------------- what NVIDIA's device plugin asks */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!minorNumber || dev.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *minorNumber = (unsigned int)sim_entry_number(dev.gpu, "minorNumber", dev.index);
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    SIM_SYSTEM_CALL();
+    if (!uuid || !device)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned int i = 0; i < sim_device_count; i++) {
+        const jval *id = j_get(sim_devices[i], "uuid"), *list = j_get(sim_devices[i], "migDevices");
+        unsigned int position = 0;
+        if (id && id->type == J_STR && strcmp(id->str, uuid) == 0) {
+            if (sim_injected(sim_devices[i], "nvmlDeviceGetHandleByIndex_v2") == NVML_ERROR_GPU_IS_LOST)
+                SIM_RETURN(NVML_ERROR_GPU_IS_LOST);
+            *device = (nvmlDevice_t)&sim_gpu_handles[i];
+            SIM_RETURN(NVML_SUCCESS);
+        }
+        for (const jval *e = list ? list->child : NULL; e && position < SIM_MAX_MIG; e = e->next, position++) {
+            const jval *mig_id = j_get(e, "uuid");
+            if (mig_id && mig_id->type == J_STR && strcmp(mig_id->str, uuid) == 0 && j_get(e, "computeInstanceId")) {
+                *device = (nvmlDevice_t)&sim_mig_handles[i][position];
+                SIM_RETURN(NVML_SUCCESS);
+            }
+        }
+    }
+    SIM_RETURN(NVML_ERROR_NOT_FOUND);
+}
+
+/* "topology": {"<other GPU's index>": 10, ...} gives NVML_TOPOLOGY_* levels; unlisted pairs are SYSTEM. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                            nvmlGpuTopologyLevel_t *pathInfo)
+{
+    sim_device other;
+    char key[16];
+
+    SIM_DEVICE_CALL(device1, dev);
+    if (!pathInfo || dev.mig || !sim_resolve(device2, &other) || other.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    snprintf(key, sizeof(key), "%u", other.index);
+    *pathInfo = other.index == dev.index ? NVML_TOPOLOGY_INTERNAL
+                                         : (nvmlGpuTopologyLevel_t)sim_entry_number(j_get(dev.gpu, "topology"), key,
+                                                                                    NVML_TOPOLOGY_SYSTEM);
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                               nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus)
+{
+    sim_device other;
+
+    (void)p2pIndex;
+    SIM_DEVICE_CALL(device1, dev);
+    if (!p2pStatus || !sim_resolve(device2, &other))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* No simulated card has NvLink: a PCIe card answers NOT_SUPPORTED, as these do. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
+{
+    (void)link;
+    (void)isActive;
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    (void)link;
+    (void)pci;
+    SIM_DEVICE_CALL(device, dev);
+    SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
 }
 
 /* ----------------------------------------------------------- processes */
