@@ -22,6 +22,13 @@ def _labels(product, count, memory, family, compute, driver, cuda, mig):
         "nvidia.com/cuda.runtime-version.minor": cuda.split(".")[1],
         "nvidia.com/cuda.runtime-version.full": cuda,
         "nvidia.com/mig.capable": mig,
+        "nvidia.com/cuda.driver.major": major,
+        "nvidia.com/cuda.driver.minor": minor,
+        "nvidia.com/cuda.driver.rev": revision,
+        "nvidia.com/cuda.runtime.major": cuda.split(".")[0],
+        "nvidia.com/cuda.runtime.minor": cuda.split(".")[1],
+        "nvidia.com/gpu.mode": "unknown",       # no PCI entry for the GPUs: GFD says the same
+        "nvidia.com/vgpu.present": "false",
         "gpu/nvidia": product,
     }
     return labels
@@ -31,6 +38,6 @@ LABELS = {
     "titan_xp": _labels("TITAN-Xp", "1", "12194", "pascal", ("6", "1"), "535.183.01", "12.2", "false"),
     "h100_sxm_x8": _labels("NVIDIA-H100-80GB-HBM3", "8", "81559", "hopper", ("9", "0"), "550.54.15", "12.4", "true"),
     "a100_mig": _labels("NVIDIA-A100-SXM4-40GB", "2", "40960", "ampere", ("8", "0"), "550.54.15", "12.4", "true"),
-    "no_gpus": {},
+    "no_gpus": {"nvidia.com/vgpu.present": "false"},
     "driver_not_loaded": {},
 }

@@ -152,11 +152,20 @@ A100_MIG_CARD0 = dict(
     _a100_card(0, "07", True, True),
     migDevices=[
         {"index": 0, "uuid": "MIG-2f4e6d8c-0b1a-5c3d-9e8f-7a6b5c4d3e21", "model": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
-         "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955},
+         "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955,
+         "profile": "3g.20gb", "attributes": {"memory": 19968, "multiprocessors": 42, "gpuInstanceSlices": 3,
+                                        "computeInstanceSlices": 3, "copyEngines": 3, "decoders": 2,
+                                        "encoders": 0, "jpegEngines": 0, "ofaEngines": 0}},
         {"index": 1, "uuid": "MIG-3a5b7c9d-1e2f-5a4b-8c6d-0e1f2a3b4c52", "model": "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
-         "gpuInstanceId": 5, "computeInstanceId": 0, "totalMemory": 9856, "freeMemory": 9843},
+         "gpuInstanceId": 5, "computeInstanceId": 0, "totalMemory": 9856, "freeMemory": 9843,
+         "profile": "2g.10gb", "attributes": {"memory": 9856, "multiprocessors": 28, "gpuInstanceSlices": 2,
+                                        "computeInstanceSlices": 2, "copyEngines": 2, "decoders": 1,
+                                        "encoders": 0, "jpegEngines": 0, "ofaEngines": 0}},
         {"index": 2, "uuid": "MIG-4b6c8d0e-2f3a-5b5c-9d7e-1f2a3b4c5d63", "model": "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
-         "gpuInstanceId": 13, "computeInstanceId": 0, "totalMemory": 4864, "freeMemory": 4851},
+         "gpuInstanceId": 13, "computeInstanceId": 0, "totalMemory": 4864, "freeMemory": 4851,
+         "profile": "1g.5gb", "attributes": {"memory": 4864, "multiprocessors": 14, "gpuInstanceSlices": 1,
+                                        "computeInstanceSlices": 1, "copyEngines": 1, "decoders": 0,
+                                        "encoders": 0, "jpegEngines": 0, "ofaEngines": 0}},
     ],
 )
 

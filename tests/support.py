@@ -66,19 +66,3 @@ def install_agent(work, wheels=AGENT_WHEELS):
     zipapp = work / "scv-gpu-agent.pyz"
     write(str(zipapp))
     return [str(venv / "bin" / "python"), str(zipapp)]
-
-
-def add_pci_function(sysfs, address, vendor, device, klass, driver=None):
-    """/sys/bus/pci/devices/<address> as a symlink into /sys/devices, as the kernel makes it."""
-    real = sysfs / "devices" / "pci0000:00" / address
-    real.mkdir(parents=True)
-    (real / "vendor").write_text("0x%04x\n" % vendor)
-    (real / "device").write_text("0x%04x\n" % device)
-    (real / "class").write_text("0x%06x\n" % klass)
-    if driver:
-        drivers = sysfs / "bus" / "pci" / "drivers" / driver
-        drivers.mkdir(parents=True, exist_ok=True)
-        (real / "driver").symlink_to(os.path.relpath(drivers, real))
-    listing = sysfs / "bus" / "pci" / "devices"
-    listing.mkdir(parents=True, exist_ok=True)
-    (listing / address).symlink_to(os.path.relpath(real, listing))

@@ -141,12 +141,15 @@ ansible_facts:
             - The NVIDIA GPUs on the PCI bus (vendor 0x10de, class VGA or 3D controller), from sysfs, whether
               or not a driver is bound. C(model) is the name NVML gives that device ID where the collection's
               table knows it, else null; C(driver) is the bound kernel driver (C(nvidia), C(nouveau),
-              C(vfio-pci)), or null.
+              C(vfio-pci)), or null. C(class) is the PCI class (C(0x030000) a VGA controller, a GPU in
+              graphics mode; C(0x030200) a 3D controller, in compute mode). C(vgpu) is true for an NVIDIA
+              vGPU (its configuration space carries NVIDIA's vGPU capability).
             - NVSwitches and the GPUs' audio functions are not listed.
           returned: always
           type: list
           elements: dict
-          sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"}]
+          sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "class": "0x030200", "model": "NVIDIA H100 80GB HBM3",
+                    "driver": "nvidia", "vgpu": false}]
         driver_version:
           description: The NVIDIA driver's version.
           returned: when NVML is available
@@ -333,13 +336,20 @@ ansible_facts:
               type: bool
               sample: true
             migDevices:
-              description: The MIG devices, with C(index), C(uuid), C(model), C(gpuInstanceId),
-                C(computeInstanceId), C(totalMemory) and C(freeMemory) (MiB).
+              description:
+                - The MIG devices, with C(index), C(uuid), C(model), C(gpuInstanceId), C(computeInstanceId),
+                  C(totalMemory) and C(freeMemory) (MiB), C(profile) (from the name, such as C(1g.10gb) or
+                  C(1c.3g.20gb)) and C(attributes), the device's share of the GPU - C(memory) (MiB),
+                  C(multiprocessors), C(gpuInstanceSlices), C(computeInstanceSlices), C(copyEngines),
+                  C(decoders), C(encoders), C(jpegEngines), C(ofaEngines).
               returned: with the mig subset, when MIG is on
               type: list
               elements: dict
               sample: [{"index": 0, "uuid": "MIG-1b9c8d2e-0f3a-5b4c-8d7e-6f5a4b3c2d1e", "model": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
-                        "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955}]
+                        "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955,
+                        "profile": "3g.20gb", "attributes": {"memory": 19968, "multiprocessors": 42, "gpuInstanceSlices": 3,
+                        "computeInstanceSlices": 3, "copyEngines": 3, "decoders": 2, "encoders": 0, "jpegEngines": 0,
+                        "ofaEngines": 0}}]
             processCount:
               description: Number of compute processes running on the card.
               returned: with the processes subset

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import recap
 from label_expectations import LABELS
-from support import add_pci_function
+from pci_sysfs import add_function as add_pci_function
 
 PLAY = """
 - hosts: localhost

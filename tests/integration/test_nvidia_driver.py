@@ -13,7 +13,7 @@ import json
 import pytest
 
 from conftest import recap
-from support import add_pci_function
+from pci_sysfs import add_function as add_pci_function
 
 DAEMONSET_PLAY = """
 - hosts: localhost

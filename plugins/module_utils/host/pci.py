@@ -90,10 +90,41 @@ def nvidia_gpus(sysfs="/sys"):
         found.append({
             "busId": name,
             "deviceId": "0x%04x" % device if device is not None else None,
+            "class": "0x%06x" % klass,
             "model": MODELS.get(device),
             "driver": os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None,
+            "vgpu": is_vgpu(_read_bytes(os.path.join(path, "config"))),
         })
     return found
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4096)
+    except OSError:
+        return b""
+
+
+# PCI configuration space: the status register's "capabilities list" bit, the pointer to the
+# first capability, and the ID of a vendor-specific capability.
+_STATUS, _CAPABILITIES_BIT, _CAPABILITIES_POINTER, _VENDOR_SPECIFIC = 0x06, 0x10, 0x34, 0x09
+
+
+def is_vgpu(config):
+    """Whether a PCI function is an NVIDIA vGPU: its configuration space has a vendor-specific
+    capability whose signature (bytes 3 and 4 of the capability) reads "VF"."""
+    if len(config) <= _CAPABILITIES_POINTER or not config[_STATUS] & _CAPABILITIES_BIT:
+        return False
+    position, visited = config[_CAPABILITIES_POINTER], set()
+    while position and position not in visited and position + 5 <= len(config):
+        visited.add(position)
+        if config[position] == 0xFF:
+            return False
+        if config[position] == _VENDOR_SPECIFIC and config[position + 3:position + 5] == b"VF":
+            return True
+        position = config[position + 1]
+    return False
 
 
 def bus_key(bus_id):

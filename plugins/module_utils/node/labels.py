@@ -24,6 +24,12 @@ GFD_KEYS = tuple(PREFIX + name for name in (
     "gpu.family",
     "gpu.compute.major",
     "gpu.compute.minor",
+    "gpu.mode",
+    "cuda.driver.major",
+    "cuda.driver.minor",
+    "cuda.driver.rev",
+    "cuda.runtime.major",
+    "cuda.runtime.minor",
     "cuda.driver-version.major",
     "cuda.driver-version.minor",
     "cuda.driver-version.revision",
@@ -32,7 +38,31 @@ GFD_KEYS = tuple(PREFIX + name for name in (
     "cuda.runtime-version.minor",
     "cuda.runtime-version.full",
     "mig.capable",
+    "mig.strategy",
+    "vgpu.present",
 ))
+MIG_STRATEGIES = ("none", "single", "mixed")
+
+# A MIG device's attributes as GFD labels them: label suffix, key of the fact's "attributes".
+MIG_ATTRIBUTE_LABELS = (
+    ("memory", "memory"),
+    ("multiprocessors", "multiprocessors"),
+    ("slices.gi", "gpuInstanceSlices"),
+    ("slices.ci", "computeInstanceSlices"),
+    ("engines.copy", "copyEngines"),
+    ("engines.decoder", "decoders"),
+    ("engines.encoder", "encoders"),
+    ("engines.jpeg", "jpegEngines"),
+    ("engines.ofa", "ofaEngines"),
+)
+_MIG_ATTRIBUTE_SUFFIXES = tuple(suffix for suffix, _key in MIG_ATTRIBUTE_LABELS if suffix != "memory")
+# The labels of one MIG profile under the mixed strategy: nvidia.com/mig-<profile>.<suffix>.
+_MIXED_KEY = re.compile(r"^nvidia\.com/mig-[A-Za-z0-9._+-]+\.(count|product|%s)$"
+                        % "|".join(re.escape(suffix) for suffix, _key in MIG_ATTRIBUTE_LABELS))
+_SINGLE_KEYS = tuple(PREFIX + "gpu." + suffix for suffix in _MIG_ATTRIBUTE_SUFFIXES)
+
+# PCI classes: a VGA controller is a GPU in graphics mode, a 3D controller one in compute mode.
+_PCI_MODES = {"0x030000": "graphics", "0x030200": "compute"}
 
 _NOT_GFD_CHARACTERS = re.compile(r"[^A-Za-z0-9\-_. ]")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -60,45 +90,161 @@ def _version_parts(version):
     return parts if all(part.isdigit() for part in parts) and parts != [""] else []
 
 
-def desired_labels(fact, gpu_label_key):
-    """The labels a node with this nvidia_gpu fact should carry (ours only).
+def owns(key, gpu_label_key):
+    """Whether label ``key`` is one this collection sets (and so removes when it no longer applies)."""
+    return key in GFD_KEYS or key == gpu_label_key or key in _SINGLE_KEYS or bool(_MIXED_KEY.match(key))
 
-    A node with no GPUs gets none of ours; one whose driver cannot be read gets those
-    :func:`pci_labels` gives from its PCI bus. With several
-    models, ``gpu.product`` names the first GPU's (GFD does the same); select mixed nodes by
-    ``gpu.count`` and the Scv's card list instead.
+
+def mig_resource_name(profile):
+    """A MIG profile as GFD and the device plugin name its resource ('1g.5gb+me' -> '1g.5gb.me')."""
+    return profile.replace("+", ".")
+
+
+def desired_labels(fact, gpu_label_key, mig_strategy="none"):
+    """The labels a node with this nvidia_gpu fact should carry (ours only), as GFD writes them
+    with ``--mig-strategy mig_strategy``.
+
+    A node whose driver sees no GPU gets only ``vgpu.present``; one whose driver cannot be read gets those
+    :func:`pci_labels` gives from its PCI bus. With several models, the GPU labels describe the
+    first GPU's model and count only the GPUs of that model: GFD picks one of the models at
+    random, so this is always one of the answers GFD can give, and always the same one.
     """
-    cards = [card for card in (fact or {}).get("cardList") or [] if card.get("model")]
-    if not (fact or {}).get("nvml_available"):
-        return pci_labels((fact or {}).get("pci_gpus"), gpu_label_key)
+    fact = fact or {}
+    cards = [card for card in fact.get("cardList") or [] if card.get("model")]
+    if not fact.get("nvml_available"):
+        return pci_labels(fact.get("pci_gpus"), gpu_label_key)
     if not cards:
-        return {}
-    first = cards[0]
-    product = sanitise_product(first["model"])
-    labels = {
-        PREFIX + "gpu.present": "true",
-        PREFIX + "gpu.product": product,
-        PREFIX + "gpu.count": str(len(cards)),
-        PREFIX + "mig.capable": "true" if any("migEnabled" in card for card in cards) else "false",
-        gpu_label_key: product,
-    }
-    if first.get("totalMemory") is not None:
-        labels[PREFIX + "gpu.memory"] = str(first["totalMemory"])
-    if first.get("family"):
-        labels[PREFIX + "gpu.family"] = first["family"]
-    compute = _version_parts(first.get("computeCapability"))
-    if len(compute) == 2:
-        labels[PREFIX + "gpu.compute.major"], labels[PREFIX + "gpu.compute.minor"] = compute
+        # GFD's one label for a node whose driver sees no GPU
+        return {PREFIX + "vgpu.present": _vgpu_present(fact.get("pci_gpus"))}
+    labels = {PREFIX + "gpu.present": "true", PREFIX + "vgpu.present": _vgpu_present(fact.get("pci_gpus"))}
+    labels.update(_version_labels(fact))
+    labels[PREFIX + "mig.capable"] = "true" if any("migEnabled" in card for card in cards) else "false"
+    labels[PREFIX + "gpu.mode"] = _gpu_mode(cards, fact.get("pci_gpus"))
+    labels.update(_gpu_labels(cards))
+    if mig_strategy == "single":
+        labels.update(_single_labels(cards))
+    elif mig_strategy == "mixed":
+        labels.update(_mixed_labels(cards))
+    if mig_strategy in ("single", "mixed"):
+        labels[PREFIX + "mig.strategy"] = mig_strategy
+    labels[gpu_label_key] = sanitise_product(cards[0]["model"])
+    return {key: value for key, value in labels.items() if _LABEL_VALUE.match(value)}
+
+
+def _version_labels(fact):
+    labels = {}
     driver = _version_parts(fact.get("driver_version"))
-    if driver:
+    if 2 <= len(driver) <= 3:
+        driver = driver + [""] * (3 - len(driver))
         labels[PREFIX + "cuda.driver-version.full"] = fact["driver_version"]
-        for name, part in zip(("major", "minor", "revision"), driver):
+        for name, short, part in zip(("major", "minor", "revision"), ("major", "minor", "rev"), driver):
             labels[PREFIX + "cuda.driver-version." + name] = part
+            labels[PREFIX + "cuda.driver." + short] = part
     runtime = _version_parts(fact.get("cuda_driver_version"))
     if len(runtime) >= 2:
-        labels[PREFIX + "cuda.runtime-version.full"] = fact["cuda_driver_version"]
-        labels[PREFIX + "cuda.runtime-version.major"], labels[PREFIX + "cuda.runtime-version.minor"] = runtime[:2]
-    return {key: value for key, value in labels.items() if _LABEL_VALUE.match(value)}
+        labels[PREFIX + "cuda.runtime-version.full"] = "%s.%s" % tuple(runtime[:2])
+        for name, part in zip(("major", "minor"), runtime):
+            labels[PREFIX + "cuda.runtime-version." + name] = part
+            labels[PREFIX + "cuda.runtime." + name] = part
+    return labels
+
+
+def _gpu_labels(cards):
+    """product, count, memory, family and compute capability of the first GPU's model."""
+    first = cards[0]
+    labels = {
+        PREFIX + "gpu.product": sanitise_product(first["model"]),
+        PREFIX + "gpu.count": str(sum(1 for card in cards if card["model"] == first["model"])),
+    }
+    if first.get("totalMemory"):
+        labels[PREFIX + "gpu.memory"] = str(first["totalMemory"])
+    compute = _version_parts(first.get("computeCapability"))
+    if len(compute) == 2 and compute[0] != "0":
+        labels[PREFIX + "gpu.compute.major"], labels[PREFIX + "gpu.compute.minor"] = compute
+        if first.get("family"):
+            labels[PREFIX + "gpu.family"] = first["family"]
+    return labels
+
+
+def _mig_devices(cards):
+    """(parent card, MIG device) for every MIG device with a profile, in GPU order."""
+    return [(card, device) for card in cards if card.get("migEnabled")
+            for device in card.get("migDevices") or [] if device.get("profile")]
+
+
+def _profile_labels(prefix, card, device, count):
+    labels = {
+        prefix + "product": "%s-MIG-%s" % (sanitise_product(card["model"]),
+                                           _NOT_GFD_CHARACTERS.sub("", mig_resource_name(device["profile"]))),
+        prefix + "count": str(count),
+    }
+    attributes = device.get("attributes") or {}
+    for suffix, key in MIG_ATTRIBUTE_LABELS:
+        if key in attributes:
+            labels[prefix + suffix] = str(attributes[key])
+    return labels
+
+
+def _single_labels(cards):
+    """Strategy single: the node's GPUs are its MIG devices, all of one profile. Anything else is
+    labelled invalid (product '<model>-MIG-INVALID', count and memory 0), as GFD does."""
+    enabled = [card for card in cards if card.get("migEnabled")]
+    if not enabled:
+        return {}
+    devices = _mig_devices(cards)
+    profiles = {mig_resource_name(device["profile"]) for _card, device in devices}
+    if (any(not card.get("migDevices") for card in enabled) or len(enabled) != len(cards)
+            or len(profiles) != 1):
+        return {PREFIX + "gpu.product": sanitise_product(enabled[0]["model"]) + "-MIG-INVALID",
+                PREFIX + "gpu.count": "0", PREFIX + "gpu.memory": "0"}
+    card, device = devices[0]
+    return _profile_labels(PREFIX + "gpu.", card, device, len(devices))
+
+
+def _mixed_labels(cards):
+    """Strategy mixed: nvidia.com/mig-<profile>.* for every MIG profile the node has."""
+    labels, counts, first = {}, {}, {}
+    for card, device in _mig_devices(cards):
+        name = mig_resource_name(device["profile"])
+        counts[name] = counts.get(name, 0) + 1
+        first.setdefault(name, (card, device))
+    for name, (card, device) in first.items():
+        labels.update(_profile_labels("%smig-%s." % (PREFIX, name), card, device, counts[name]))
+    return labels
+
+
+def _pci_of(pci_gpus):
+    from_bus = {}
+    for gpu in pci_gpus if isinstance(pci_gpus, list) else []:
+        if isinstance(gpu, dict) and isinstance(gpu.get("busId"), str):
+            from_bus[_bus_key(gpu["busId"])] = gpu
+    return from_bus
+
+
+def _gpu_mode(cards, pci_gpus):
+    """'graphics' or 'compute' when every GPU's PCI class says so, else 'unknown' (GFD's rule,
+    which also answers 'unknown' when a GPU's PCI entry cannot be read)."""
+    pci = _pci_of(pci_gpus)
+    modes = set()
+    for card in cards:
+        gpu = pci.get(_bus_key(card.get("pciBusId") or ""))
+        if gpu is None:
+            return "unknown"
+        modes.add(_PCI_MODES.get(gpu.get("class"), "unknown"))
+    return modes.pop() if len(modes) == 1 else "unknown"
+
+
+def _vgpu_present(pci_gpus):
+    return "true" if any(gpu.get("vgpu") for gpu in _pci_of(pci_gpus).values()) else "false"
+
+
+def _bus_key(bus_id):
+    """'00000000:18:00.0' and '0000:18:00.0' alike, as (domain, bus, device.function)."""
+    parts = bus_id.lower().split(":")
+    try:
+        return (int(parts[0], 16), int(parts[1], 16), parts[2]) if len(parts) == 3 else bus_id
+    except ValueError:
+        return bus_id
 
 
 def pci_labels(pci_gpus, gpu_label_key):
@@ -124,7 +270,6 @@ def label_changes(current, desired, gpu_label_key):
     """The merge patch that takes a Node's labels from ``current`` to ``desired`` for the keys we
     own: {key: value} to set, {key: None} to remove. Empty when nothing changes."""
     current = current or {}
-    owned = set(GFD_KEYS) | {gpu_label_key}
     changes = {key: value for key, value in desired.items() if current.get(key) != value}
-    changes.update({key: None for key in current if key in owned and key not in desired})
+    changes.update({key: None for key in current if owns(key, gpu_label_key) and key not in desired})
     return changes

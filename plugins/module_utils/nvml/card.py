@@ -216,7 +216,34 @@ def _read_mig_device(parent_reader, index):
     if memory is not None:
         device["totalMemory"] = bytes_to_mib(memory.total)
         device["freeMemory"] = bytes_to_mib(memory.free)
+    profile = mig_profile(device.get("model"))
+    if profile:
+        device["profile"] = profile
+    attributes = reader.query("attributes", pynvml.nvmlDeviceGetAttributes)
+    if attributes is not None:
+        device["attributes"] = {key: int(getattr(attributes, field)) for key, field in MIG_ATTRIBUTES}
     return device
+
+
+# A MIG device's share of its GPU, as nvmlDeviceGetAttributes gives it: fact key, NVML field.
+MIG_ATTRIBUTES = (
+    ("memory", "memorySizeMB"),
+    ("multiprocessors", "multiprocessorCount"),
+    ("gpuInstanceSlices", "gpuInstanceSliceCount"),
+    ("computeInstanceSlices", "computeInstanceSliceCount"),
+    ("copyEngines", "sharedCopyEngineCount"),
+    ("decoders", "sharedDecoderCount"),
+    ("encoders", "sharedEncoderCount"),
+    ("jpegEngines", "sharedJpegCount"),
+    ("ofaEngines", "sharedOfaCount"),
+)
+
+
+def mig_profile(name):
+    """The MIG profile in a MIG device's name, as the driver names it ('NVIDIA A100-SXM4-40GB MIG
+    1g.5gb+me' -> '1g.5gb+me'), or None."""
+    head, sep, profile = (name or "").rpartition(" MIG ")
+    return profile.strip() or None if sep and head else None
 
 
 def _read_mig_mode(reader, card):

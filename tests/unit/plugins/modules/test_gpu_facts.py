@@ -10,7 +10,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.scv.gpu.plugins.modules import gpu_facts
 
 import scenario_expectations as expected
-from support import add_pci_function
+from pci_sysfs import add_function as add_pci_function
 
 
 def run_module(capsys, args):
@@ -20,7 +20,8 @@ def run_module(capsys, args):
     return exit_info.value.code, result
 
 
-TITAN_XP_PCI = [{"busId": "0000:01:00.0", "deviceId": "0x1b02", "model": "TITAN Xp", "driver": "nvidia"}]
+TITAN_XP_PCI = [{"busId": "0000:01:00.0", "deviceId": "0x1b02", "class": "0x030000", "model": "TITAN Xp",
+                 "driver": "nvidia", "vgpu": False}]
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.pci import (
     missing_from_nvml,
     nvidia_gpus,
 )
-from support import add_pci_function as add_function, scenario_path
+from pci_sysfs import add_function
+from support import scenario_path
 
 
 @pytest.fixture
@@ -33,12 +34,35 @@ def sysfs(tmp_path):
 
 def test_gpus_are_listed_in_bus_order_with_model_and_driver(sysfs):
     assert nvidia_gpus(str(sysfs)) == [
-        {"busId": "0000:00:06.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"},
-        {"busId": "0000:18:00.0", "deviceId": "0x20b2", "model": "NVIDIA A100-SXM4-80GB", "driver": None},
-        {"busId": "0000:19:00.0", "deviceId": "0x27b8", "model": "NVIDIA L4", "driver": "vfio-pci"},
-        {"busId": "0000:1a:00.0", "deviceId": "0x1b02", "model": "TITAN Xp", "driver": "nouveau"},
-        {"busId": "0000:d0:00.0", "deviceId": "0x9999", "model": None, "driver": None},
+        {"busId": "0000:00:06.0", "deviceId": "0x2330", "class": "0x030200", "model": "NVIDIA H100 80GB HBM3",
+         "driver": "nvidia", "vgpu": False},
+        {"busId": "0000:18:00.0", "deviceId": "0x20b2", "class": "0x030200", "model": "NVIDIA A100-SXM4-80GB",
+         "driver": None, "vgpu": False},
+        {"busId": "0000:19:00.0", "deviceId": "0x27b8", "class": "0x030200", "model": "NVIDIA L4",
+         "driver": "vfio-pci", "vgpu": False},
+        {"busId": "0000:1a:00.0", "deviceId": "0x1b02", "class": "0x030000", "model": "TITAN Xp",
+         "driver": "nouveau", "vgpu": False},
+        {"busId": "0000:d0:00.0", "deviceId": "0x9999", "class": "0x030200", "model": None, "driver": None,
+         "vgpu": False},
     ]
+
+
+def test_a_vgpu_is_told_by_its_vendor_capability(tmp_path):
+    import pci_sysfs
+    scenario = {"devices": [{"pciBusId": "00000000:3B:00.0", "pciDeviceId": 0x233010DE, "vgpu": 1},
+                            {"pciBusId": "00000000:3C:00.0", "pciDeviceId": 0x233010DE}]}
+    gpus = nvidia_gpus(pci_sysfs.build(scenario, str(tmp_path)))
+    assert [(gpu["busId"], gpu["vgpu"]) for gpu in gpus] == [("0000:3b:00.0", True), ("0000:3c:00.0", False)]
+
+
+@pytest.mark.parametrize("config", [
+    b"",                                                  # unreadable
+    bytes(64),                                            # no capability list
+    bytes(6) + b"\x10" + bytes(45) + b"\x40" + bytes(11) + b"\x40\x40" + bytes(2),   # a capability pointing at itself
+])
+def test_odd_configuration_spaces_are_not_vgpus(config):
+    from ansible_collections.scv.gpu.plugins.module_utils.host.pci import is_vgpu
+    assert is_vgpu(config) is False
 
 
 def test_no_pci_tree_is_no_gpus(tmp_path):

@@ -41,7 +41,8 @@ def test_mixed_models_name_the_first_gpu():
     fact = copy.deepcopy(BY_SCENARIO["titan_xp"])
     fact["cardList"].append(dict(fact["cardList"][0], id=1, model="NVIDIA GeForce GTX 1080"))
     labels = desired_labels(fact, "gpu/nvidia")
-    assert labels["nvidia.com/gpu.product"] == "TITAN-Xp" and labels["nvidia.com/gpu.count"] == "2"
+    # the labels describe the first model and count only its GPUs: no GTX 1080 is claimed a TITAN Xp
+    assert labels["nvidia.com/gpu.product"] == "TITAN-Xp" and labels["nvidia.com/gpu.count"] == "1"
 
 
 def test_site_key_is_configurable():
@@ -77,8 +78,9 @@ def test_no_changes_when_labels_match():
 def test_a_node_that_lost_its_gpus_loses_every_label_of_ours():
     current = dict(LABELS["a100_mig"], team="ml")
     changes = label_changes(current, desired_labels(BY_SCENARIO["no_gpus"], "gpu/nvidia"), "gpu/nvidia")
-    assert changes == {key: None for key in LABELS["a100_mig"]}
-    assert set(changes) == set(GFD_KEYS) | {"gpu/nvidia"}
+    # GFD's one label for a node with no GPU, vgpu.present=false, stays
+    assert changes == {key: None for key in LABELS["a100_mig"] if key != "nvidia.com/vgpu.present"}
+    assert set(changes) == set(GFD_KEYS) - {"nvidia.com/vgpu.present", "nvidia.com/mig.strategy"} | {"gpu/nvidia"}
 
 
 @pytest.mark.parametrize("key, valid", [

@@ -1,0 +1,110 @@
+"""node_labels against what NVIDIA's GPU feature discovery (GFD) wrote for the same GPUs.
+
+tests/fixtures/gfd/<scenario>-<strategy>.txt hold the labels GFD printed with ``--oneshot`` on
+the NVML simulator, each scenario's sysfs PCI tree mounted over /sys/bus/pci/devices
+(tools/gfd/make-fixtures, which names the GFD commit in each file). Here the same scenario goes
+through the real pynvml and gpu_facts' reader, and the labels ours would set must equal GFD's,
+but for the documented differences below.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.node.labels import desired_labels
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
+
+import pci_sysfs
+from support import ROOT, scenario_path
+
+FIXTURES = ROOT / "tests" / "fixtures" / "gfd"
+# GFD labels that describe the device plugin's own settings (time-slicing replicas, the sharing
+# strategy, MPS) or the machine's DMI type, not the GPUs: node_labels leaves them out.
+NOT_OURS = re.compile(r"^nvidia\.com/(gpu\.(replicas|sharing-strategy|machine)|mps\.capable|"
+                      r"mig-[^/]+\.(replicas|sharing-strategy))$")
+# Ours alone: gpu.present (the GPU Operator's selector) and the site's own key.
+ONLY_OURS = {"nvidia.com/gpu.present", "gpu/nvidia"}
+# Where GFD picks one model of several at random (its per-model labels come from a Go map).
+PER_MODEL = {"nvidia.com/gpu." + name for name in ("product", "count", "memory", "family", "compute.major",
+                                                  "compute.minor")}
+
+
+def read_fixture(path):
+    header = re.search(r"# scenario (\S+), --mig-strategy (\S+), exit status (\d+)", path.read_text())
+    labels = dict(line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#"))
+    return header.group(1), header.group(2), int(header.group(3)), labels
+
+
+FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))
+
+
+def test_every_scenario_has_a_fixture_per_strategy():
+    scenarios = sorted(path.stem for path in (ROOT / "tests" / "nvml_simulator" / "scenarios").glob("*.json"))
+    assert sorted(path.stem for path in FIXTURE_FILES) == sorted(
+        "%s-%s" % (scenario, strategy) for scenario in scenarios for strategy in ("none", "single", "mixed"))
+    assert all("gpu-feature-discovery built from NVIDIA/k8s-device-plugin " in path.read_text()
+               for path in FIXTURE_FILES)
+
+
+def our_labels(nvml_simulator, tmp_path, scenario, strategy):
+    nvml_simulator.use(scenario)
+    fact = collect(list(GATHER_SUBSETS))
+    pci_sysfs.build(json.loads(scenario_path(scenario).read_text()), str(tmp_path))
+    fact["pci_gpus"] = nvidia_gpus(str(tmp_path))
+    return desired_labels(fact, "gpu/nvidia", strategy), fact
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda path: path.stem)
+def test_labels_equal_gfd(nvml_simulator, tmp_path, path):
+    scenario, strategy, status, gfd = read_fixture(path)
+    ours, fact = our_labels(nvml_simulator, tmp_path, scenario, strategy)
+    if status != 0:
+        # GFD stops at the first card it cannot read and labels nothing (a lost card), or finds
+        # no driver. Ours labels the cards that answer, and a driverless node from its PCI bus.
+        assert gfd == {}
+        usable = [card for card in fact.get("cardList", []) if card.get("model")]
+        assert ours.get("nvidia.com/gpu.count", "0") == str(len(usable))
+        return
+    expected = {key: value for key, value in gfd.items() if not NOT_OURS.match(key)}
+    got = {key: value for key, value in ours.items() if key not in ONLY_OURS}
+    models = {card["model"] for card in fact["cardList"] if card.get("model")}
+    if len(models) > 1:
+        # GFD's per-model labels describe one of the models; ours always the first GPU's.
+        group = [card for card in fact["cardList"] if card.get("model") == fact["cardList"][0]["model"]]
+        assert got["nvidia.com/gpu.product"] == group[0]["model"].replace(" ", "-")
+        assert got["nvidia.com/gpu.count"] == str(len(group))
+        assert expected["nvidia.com/gpu.product"] in {model.replace(" ", "-") for model in models}
+        expected = {key: value for key, value in expected.items() if key not in PER_MODEL}
+        got = {key: value for key, value in got.items() if key not in PER_MODEL}
+    assert got == expected
+
+
+def test_a_heterogeneous_node_is_labelled_by_its_first_model(nvml_simulator, tmp_path):
+    ours, fact = our_labels(nvml_simulator, tmp_path, "health_reasons", "none")
+    models = [card["model"] for card in fact["cardList"]]
+    assert len(set(models)) == 3
+    assert ours["nvidia.com/gpu.product"] == "NVIDIA-A30"
+    assert ours["nvidia.com/gpu.count"] == str(models.count("NVIDIA A30"))
+    assert ours["nvidia.com/gpu.memory"] == str(fact["cardList"][0]["totalMemory"])
+
+
+def test_fixtures_cover_each_mig_case():
+    """The MIG cases the labels must get right are in the fixtures, as GFD wrote them."""
+    single = {read_fixture(path)[0]: read_fixture(path)[3] for path in FIXTURES.glob("*-single.txt")}
+    assert single["h100_mig_all_1g"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert single["h100_mig_all_1g"]["nvidia.com/gpu.count"] == "14"
+    for invalid in ("a100_mig", "h100_mig_mixed", "h100_mig_empty"):
+        assert single[invalid]["nvidia.com/gpu.product"].endswith("-MIG-INVALID")
+        assert single[invalid]["nvidia.com/gpu.count"] == "0"
+    mixed = read_fixture(FIXTURES / "h100_mig_mixed-mixed.txt")[3]
+    assert {key for key in mixed if key.endswith(".count")} == {
+        "nvidia.com/gpu.count", "nvidia.com/mig-1g.10gb.count", "nvidia.com/mig-2g.20gb.count",
+        "nvidia.com/mig-3g.40gb.count", "nvidia.com/mig-7g.80gb.count"}
+    graphics = read_fixture(FIXTURES / "titan_xp-none.txt")[3]
+    assert graphics["nvidia.com/gpu.mode"] == "graphics"
+
