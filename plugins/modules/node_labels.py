@@ -11,21 +11,31 @@ module: node_labels
 short_description: Label a Kubernetes node with its GPUs, as GPU feature discovery does
 version_added: 1.0.0
 description:
-  - Sets the labels of GPU feature discovery (GFD) that manifests and schedulers select on, from the
-    C(nvidia_gpu) fact of M(scv.gpu.gpu_facts) - C(nvidia.com/gpu.present), C(gpu.product) (the GPU
-    name with characters outside C([A-Za-z0-9-_. ]) removed and spaces turned into C(-)), C(gpu.count),
-    C(gpu.memory) (MiB), C(gpu.family), C(gpu.compute.major) and C(minor),
-    C(cuda.driver-version.major), C(minor), C(revision) and C(full), C(cuda.runtime-version.major),
-    C(minor) and C(full), C(mig.capable) - plus O(gpu_label_key) set to the product.
+  - Sets the labels NVIDIA's GPU feature discovery (GFD) writes, which manifests and schedulers select on,
+    from the C(nvidia_gpu) fact of M(scv.gpu.gpu_facts) - C(nvidia.com/gpu.product) (the GPU name with
+    characters outside C([A-Za-z0-9-_. ]) removed and spaces turned into C(-)), C(gpu.count),
+    C(gpu.memory) (MiB), C(gpu.family), C(gpu.compute.major) and C(minor), C(gpu.mode) (C(compute),
+    C(graphics) or C(unknown), from the GPUs' PCI class), C(cuda.driver-version.major), C(minor),
+    C(revision) and C(full), C(cuda.runtime-version.major), C(minor) and C(full), the older
+    C(cuda.driver.major), C(minor), C(rev) and C(cuda.runtime.major), C(minor), C(mig.capable),
+    C(vgpu.present), and the MIG labels of O(mig_strategy) - plus C(nvidia.com/gpu.present=true) and
+    O(gpu_label_key) set to the product.
+  - GFD's labels that describe the device plugin's own settings rather than the GPUs are not set -
+    C(gpu.replicas), C(gpu.sharing-strategy), C(mps.capable), and their C(mig-<profile>.*) twins - nor
+    C(gpu.machine), the DMI machine type.
   - These labels are the module's own. One that no longer applies (a card removed, the driver
-    unreadable) is removed. Every other label of the node is left as it is.
-  - A node with no GPUs loses all of the module's labels.
+    unreadable, another MIG layout) is removed. Every other label of the node is left as it is.
+  - A node whose driver sees no GPU keeps only C(nvidia.com/vgpu.present), as GFD writes it.
   - A node whose NVML cannot be read (no driver yet, or a broken one) but whose PCI bus has NVIDIA GPUs
     (the fact's C(pci_gpus)) keeps only C(nvidia.com/gpu.present=true) and O(gpu_label_key), set to
     the model NVML will report for that device ID (C(pci-10de-<device>) where the collection's table
     does not know it). A driver-installer DaemonSet that selects on either then reaches the node
-    before any driver runs.
-  - With several GPU models in one node, C(gpu.product) names the first GPU's model, as GFD does.
+    before any driver runs. GFD labels nothing there.
+  - A node where some GPUs answer and one is lost is labelled from the GPUs that answer; GFD labels
+    nothing.
+  - With several GPU models in one node, the GPU labels describe the first GPU's model and count only
+    the GPUs of that model. GFD describes one of the models, chosen at random on each run; this is
+    always one of its answers, and always the same one.
   - One GET per run, and one merge PATCH only when a label differs; the PATCH carries the
     node's resourceVersion, so a concurrent change is retried rather than overwritten.
 author:
@@ -49,6 +59,19 @@ options:
         label nodes C(gpu/nividia=<model>) by hand). The scv.gpu DaemonSets select on it.
     type: str
     default: gpu/nvidia
+  mig_strategy:
+    description:
+      - The MIG strategy of the node's device plugin, which decides the labels of MIG-enabled GPUs, as GPU
+        feature discovery's C(--mig-strategy) does.
+      - C(none) labels whole GPUs only. C(single) labels the node's MIG devices as its GPUs - C(gpu.product)
+        C(<model>-MIG-<profile>), C(gpu.count) the MIG devices, C(gpu.memory) and the profile's
+        C(gpu.multiprocessors), C(gpu.slices.gi), C(gpu.slices.ci) and C(gpu.engines.*) - or, when they are not
+        all of one profile (or some GPU has MIG off, or no MIG device), C(<model>-MIG-INVALID) with count and
+        memory 0. C(mixed) adds C(nvidia.com/mig-<profile>.count), C(product), C(memory), C(multiprocessors),
+        C(slices.gi), C(slices.ci) and C(engines.*) for each profile. Both set C(nvidia.com/mig.strategy).
+    type: str
+    choices: [none, single, mixed]
+    default: none
 attributes:
   check_mode:
     support: full
@@ -97,15 +120,15 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeCli
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
+    MIG_STRATEGIES,
     desired_labels,
     label_changes,
     valid_label_key,
 )
 
 
-def apply(client, name, fact, key, check_mode):
+def apply(client, name, desired, key, check_mode):
     """(labels before, labels after, the changes) once our labels are set."""
-    desired = desired_labels(fact, key)
 
     def decide(node):
         changes = label_changes(node["metadata"].get("labels") or {}, desired, key)
@@ -121,18 +144,18 @@ def main():
         name=dict(type="str", required=True),
         gpu_facts=dict(type="dict", required=True),
         gpu_label_key=dict(type="str", default="gpu/nvidia", no_log=False),
+        mig_strategy=dict(type="str", default="none", choices=list(MIG_STRATEGIES)),
     ))
     params = module.params
     if not valid_label_key(params["gpu_label_key"]):
         module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
                              "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])
+    ours = desired_labels(params["gpu_facts"], params["gpu_label_key"], params["mig_strategy"])
     try:
         client = NodeClient.connect(module)
-        before, after, changes = apply(client, params["name"], params["gpu_facts"], params["gpu_label_key"],
-                                       module.check_mode)
+        before, after, changes = apply(client, params["name"], ours, params["gpu_label_key"], module.check_mode)
     except ApiError as error:
         module.fail_json(msg=str(error))
-    ours = desired_labels(params["gpu_facts"], params["gpu_label_key"])
     result = dict(changed=bool(changes), changes=changes,
                   labels={key: value for key, value in after.items() if key in ours})
     if module._diff:

@@ -14,6 +14,7 @@ import pytest
 from conftest import recap
 from label_expectations import LABELS
 from pci_sysfs import add_function as add_pci_function
+from support import ROOT
 
 PLAY = """
 - hosts: localhost
@@ -177,6 +178,7 @@ def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control
     if flavor == "nvidia":
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
         assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        assert container["env"] == [{"name": "MIG_STRATEGY", "value": "none"}]
     elif flavor == "gke":
         assert "--enable-container-gpu-metrics" in container["command"]
         assert container["ports"] == [{"name": "metrics", "containerPort": 2112, "protocol": "TCP"}]
@@ -193,6 +195,47 @@ def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control
     second = run(ansible, tmp_path, plane, "titan_xp", **settings)
     assert second.returncode == 0, second.stdout + second.stderr
     assert recap(second.stdout)["changed"] == 0
+
+
+def gfd_labels(scenario, strategy):
+    """What NVIDIA's GFD wrote for this scenario and strategy (tests/fixtures/gfd), less the labels
+    of the device plugin's settings and the PCI-derived gpu.mode (this test's hosts have no PCI GPUs)."""
+    path = ROOT / "tests" / "fixtures" / "gfd" / ("%s-%s.txt" % (scenario, strategy))
+    labels = dict(line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#"))
+    return {key: value for key, value in labels.items()
+            if not re.match(r"^nvidia\.com/(gpu\.(replicas|sharing-strategy|machine|mode)|mps\.capable|"
+                            r"mig-[^/]+\.(replicas|sharing-strategy))$", key)}
+
+
+def test_the_mig_strategy_reaches_the_labels_and_the_plugin(ansible, control_plane, tmp_path):
+    """A node switched none -> single -> mixed -> none carries GFD's labels for each strategy, and
+    loses the labels of the one before; the DaemonSet gets the strategy."""
+    plane = control_plane
+    node, namespace = "mig-%s" % suffix(ansible), "dp-mig-%s" % suffix(ansible)
+    put_node(plane, node, dict(FOREIGN))
+    plane.kubectl("create", "namespace", namespace, check=False)
+    for strategy in ("none", "single", "mixed", "none"):
+        result = run(ansible, tmp_path, plane, "h100_mig_mixed", device_plugin_node_name=node,
+                     device_plugin_namespace=namespace, device_plugin_mig_strategy=strategy,
+                     device_plugin_nvidia_image="registry.example.com/k8s-device-plugin:v0.17.4")
+        assert result.returncode == 0, result.stdout + result.stderr
+        labels = node_labels(plane, node)
+        ours = {key: value for key, value in labels.items() if key not in FOREIGN}
+        assert ours.pop("nvidia.com/gpu.mode") == "unknown"
+        assert ours.pop("nvidia.com/gpu.present") == "true"
+        assert ours.pop("gpu/nvidia") == "NVIDIA-H100-80GB-HBM3"
+        assert ours == gfd_labels("h100_mig_mixed", strategy), strategy
+        assert {key: labels[key] for key in FOREIGN} == FOREIGN
+        daemonset = json.loads(plane.kubectl("get", "daemonset", "-n", namespace, "nvidia-device-plugin-daemonset",
+                                             "-o", "json").stdout)
+        assert daemonset["spec"]["template"]["spec"]["containers"][0]["env"] == [
+            {"name": "MIG_STRATEGY", "value": strategy}]
+
+
+def test_an_unknown_mig_strategy_is_refused_before_anything_runs(ansible, control_plane, tmp_path):
+    result = run(ansible, tmp_path, control_plane, "a100_mig", device_plugin_mig_strategy="mixd")
+    assert result.returncode != 0
+    assert "device_plugin_mig_strategy" in result.stdout and "mixd" in result.stdout
 
 
 @pytest.mark.parametrize("content, says", [
