@@ -43,7 +43,8 @@ class Ansible:
             assert (SIMULATOR_DIR / "libnvidia-ml.so.1").is_file(), "build the simulator first: make simulator"
             env["LD_LIBRARY_PATH"] = str(SIMULATOR_DIR)
         if scenario:
-            env["NVMLSIM_CONFIG"] = str(scenario_path(scenario))
+            # a name among the shipped scenarios, or the path of a copy a test may change
+            env["NVMLSIM_CONFIG"] = str(scenario if isinstance(scenario, pathlib.Path) else scenario_path(scenario))
         return env
 
     def module(self, args=None, scenario=None, simulator=True, check=False, interpreter=None,

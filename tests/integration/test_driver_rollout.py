@@ -20,7 +20,8 @@ import time
 import pytest
 
 from conftest import recap
-from support import ROOT, add_pci_function
+from pci_sysfs import add_function as add_pci_function
+from support import ROOT
 
 RESOURCE = "nvidia.com/gpu"
 ANNOTATION = "scv.gpu/cordoned-by"

@@ -1,0 +1,268 @@
+#!/usr/bin/python
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: mig_layout
+short_description: Lay out the MIG devices of a host's NVIDIA GPUs as declared
+version_added: 1.0.0
+description:
+  - Makes each named GPU's MIG mode and GPU instances what a layout declares, through NVML - the
+    job of NVIDIA's nvidia-mig-parted, as an Ansible module. A layout is a list of entries in
+    nvidia-mig-parted's form, given inline (O(layout)) or by name from a configuration file in its
+    C(mig-configs) form (O(config_file) and O(config_name)), or the same as a mapping (O(config)).
+  - Each entry names GPUs (C(devices), C(all) or a list of indexes, optionally narrowed by
+    C(device-filter), PCI device IDs such as C(0x233010DE)), whether MIG mode is on
+    (C(mig-enabled)), and how many GPU instances of each profile there are (C(mig-devices), such as
+    C({"1g.10gb": 7})). Each GPU instance gets one compute instance that spans it, which is what
+    the device plugin offers. C(_) may stand for C(-) in the keys. GPUs no entry names are left
+    as they are; an entry naming a GPU another entry named is an error.
+  - Idempotent. A GPU whose MIG mode and instances (counted per profile; where they sit does not
+    matter) already match is not touched. One that differs loses all its instances, which are
+    then created anew, the largest first, at places where the whole layout fits.
+  - Everything is checked before any GPU changes - the entries, the profile names (against what
+    the GPU's driver offers), whether the layout fits, and the processes. A GPU that any process
+    uses (on the GPU or on one of its MIG devices) is refused, naming the PIDs, and nothing changes.
+  - MIG mode is changed by the driver with a GPU reset. Where the driver cannot reset the GPU (it
+    reports that a reset or reboot is required, or something still holds the GPU, such as
+    C(nvidia-persistenced) or a monitoring agent), the mode stays pending, the GPU's instances are
+    not created, and the result says C(reboot_required); reboot (or reset the GPU) and run again.
+    While MIG mode is off the driver lists no profiles, so check mode then checks only the
+    profiles' spelling.
+  - MIG instances do not outlive a reboot or a driver reload; run this again at boot.
+author:
+  - scv.gpu contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+requirements:
+  - nvidia-ml-py (imported as C(pynvml)) on the target host
+  - the NVIDIA driver's C(libnvidia-ml.so.1) on the target host, and root
+options:
+  layout:
+    description: The layout's entries, each with C(devices), C(device-filter), C(mig-enabled) and C(mig-devices).
+    type: list
+    elements: dict
+  config:
+    description: An nvidia-mig-parted style configuration, C({"version": "v1", "mig-configs": {<name>: [<entries>]}}).
+    type: dict
+  config_file:
+    description: A YAML or JSON file on the target host holding such a configuration.
+    type: path
+  config_name:
+    description: The layout of O(config) or O(config_file) to apply, such as C(all-1g.10gb).
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Cut every H100 into seven 1g.10gb MIG devices
+  scv.gpu.mig_layout:
+    layout:
+      - devices: all
+        mig-enabled: true
+        mig-devices:
+          1g.10gb: 7
+  become: true
+  register: mig
+
+- name: Two GPUs for training, the rest cut in two and in seven
+  scv.gpu.mig_layout:
+    layout:
+      - devices: [0, 1]
+        mig-enabled: false
+      - devices: [2, 3]
+        mig-enabled: true
+        mig-devices: {3g.40gb: 2}
+      - devices: [4, 5, 6, 7]
+        mig-enabled: true
+        mig-devices: {1g.10gb: 7}
+  become: true
+
+- name: A named layout from an nvidia-mig-parted configuration file
+  scv.gpu.mig_layout:
+    config_file: /etc/nvidia-mig-manager/config.yaml
+    config_name: all-3g.40gb
+  become: true
+
+- name: Reboot when a MIG mode change waits for one
+  ansible.builtin.reboot:
+  become: true
+  when: mig.reboot_required
+"""
+
+RETURN = r"""
+gpus:
+  description: Every GPU the layout names, before and after.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"index": 0, "uuid": "GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40", "name": "NVIDIA H100 80GB HBM3",
+            "before": {"mig-enabled": false, "mig-devices": {}}, "after": {"mig-enabled": true, "mig-devices": {"1g.10gb": 7}},
+            "changed": true, "pending": false}]
+reboot_required:
+  description: Whether a MIG mode change waits for a GPU reset or a reboot (the GPUs with C(pending) true).
+  returned: always
+  type: bool
+  sample: false
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.scv.gpu.plugins.module_utils.common.mig_layout import (
+    LayoutError,
+    assign,
+    counts,
+    from_config,
+    normalise,
+    place,
+)
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import HAS_PYNVML, PYNVML_IMPORT_ERROR, pynvml
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import SUCCESS, MigError, MigGpu
+
+try:
+    import yaml
+except ImportError:
+    yaml = None
+
+
+def entries_from(module):
+    params = module.params
+    if params["layout"] is not None:
+        return normalise(params["layout"])
+    if params["config_file"]:
+        try:
+            with open(params["config_file"], encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as error:
+            raise LayoutError("config_file %s cannot be read: %s" % (params["config_file"], error.strerror))
+        try:
+            config = yaml.safe_load(text) if yaml else json.loads(text)
+        except ValueError as error:
+            raise LayoutError("config_file %s is not valid YAML: %s" % (params["config_file"], error))
+        return from_config(config, params["config_name"], params["config_file"])
+    return from_config(params["config"], params["config_name"], "config")
+
+
+def state_of(mode, table, instances):
+    return {"mig-enabled": bool(mode and mode[0]),
+            "mig-devices": counts(instance["profile"] for instance in instances) if table else {}}
+
+
+def survey(gpu, entry):
+    """What this GPU is and what it should become, checked: raises LayoutError where it cannot."""
+    mode = gpu.mode()
+    if mode is None and entry["mig-enabled"]:
+        raise LayoutError("GPU %d (%s) cannot do MIG" % (gpu.index, gpu.name))
+    table = gpu.profiles() if mode and mode[0] else {}
+    instances = gpu.instances(table) if table else []
+    plan = None
+    if table and entry["mig-enabled"]:
+        try:
+            plan = place(entry["mig-devices"], table)
+        except LayoutError as error:
+            raise LayoutError("GPU %d (%s): %s" % (gpu.index, gpu.name, error))
+        if plan is None:
+            raise LayoutError("GPU %d (%s): %s do not fit on one GPU" % (
+                gpu.index, gpu.name, ", ".join("%d x %s" % (n, p) for p, n in entry["mig-devices"].items())))
+    before = state_of(mode, table, instances)
+    after = {"mig-enabled": entry["mig-enabled"], "mig-devices": dict(sorted(entry["mig-devices"].items()))}
+    return {"gpu": gpu, "mode": mode, "table": table, "instances": instances, "plan": plan,
+            "before": before, "after": after, "changed": before != after or (mode and mode[0] != mode[1])}
+
+
+def apply(work):
+    """Changes one GPU; whether a MIG mode change is left pending for a reset."""
+    gpu, entry_after = work["gpu"], work["after"]
+    if work["instances"]:
+        gpu.destroy(work["instances"])
+    mode = work["mode"]
+    if mode is not None and (mode[0] != entry_after["mig-enabled"] or mode[1] != entry_after["mig-enabled"]):
+        if gpu.set_mode(entry_after["mig-enabled"]) != SUCCESS or gpu.mode()[0] != entry_after["mig-enabled"]:
+            return True
+    if entry_after["mig-enabled"] and entry_after["mig-devices"]:
+        table = work["table"] or gpu.profiles()
+        plan = place(entry_after["mig-devices"], table)
+        if plan is None:
+            raise LayoutError("GPU %d (%s): %s do not fit on one GPU" % (gpu.index, gpu.name, entry_after["mig-devices"]))
+        gpu.create(table, plan)
+    return False
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            layout=dict(type="list", elements="dict"),
+            config=dict(type="dict"),
+            config_file=dict(type="path"),
+            config_name=dict(type="str"),
+        ),
+        mutually_exclusive=[("layout", "config", "config_file")],
+        required_one_of=[("layout", "config", "config_file")],
+        required_by={"config": "config_name", "config_file": "config_name"},
+        supports_check_mode=True,
+    )
+    if not HAS_PYNVML:
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
+    try:
+        entries = entries_from(module)
+    except LayoutError as error:
+        module.fail_json(msg=str(error))
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        module.fail_json(msg="NVML cannot be initialised, so no MIG layout can be read or applied: %s" % error)
+    try:
+        gpus = [MigGpu(index) for index in range(pynvml.nvmlDeviceGetCount())]
+        chosen = assign(entries, [{"index": gpu.index, "deviceId": gpu.device_id} for gpu in gpus])
+        work = [survey(gpus[index], entry) for index, entry in sorted(chosen.items())]
+        busy = ["GPU %d (%s): PIDs %s" % (item["gpu"].index, item["gpu"].name, ", ".join(map(str, pids)))
+                for item in work if item["changed"] for pids in [item["gpu"].processes()] if pids]
+        if busy:
+            module.fail_json(msg="The MIG layout was not applied: processes use %s. Stop them (drain the node) "
+                                 "and run again; nothing was changed." % "; ".join(busy))
+        pending = {}
+        if not module.check_mode:
+            for item in work:
+                if item["changed"]:
+                    pending[item["gpu"].index] = apply(item)
+    except (LayoutError, MigError) as error:
+        module.fail_json(msg=str(error))
+    finally:
+        pynvml.nvmlShutdown()
+    report(module, work, pending)
+
+
+def report(module, work, pending):
+    gpus = []
+    for item in work:
+        gpu = item["gpu"]
+        gpus.append({"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "before": item["before"],
+                     "after": item["after"], "changed": bool(item["changed"]),
+                     "pending": bool(pending.get(gpu.index))})
+    waiting = [entry for entry in gpus if entry["pending"]]
+    result = dict(changed=any(entry["changed"] for entry in gpus), gpus=gpus, reboot_required=bool(waiting))
+    if waiting:
+        module.warn("MIG mode of GPU %s waits for a reset: the driver could not reset the GPU (a reboot is "
+                    "needed, or something holds it, such as nvidia-persistenced or a monitoring agent). Its "
+                    "MIG devices were not created: reboot, or stop what holds it, and run again."
+                    % ", ".join(str(entry["index"]) for entry in waiting))
+    if module._diff:
+        result["diff"] = {"before": {"gpu%d" % e["index"]: e["before"] for e in gpus},
+                          "after": {"gpu%d" % e["index"]: e["after"] for e in gpus}}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""scv.gpu.mig_layout on the NVML simulator, which keeps MIG instances in its scenario file as a
+driver keeps them in the GPU: each test works on its own copy of a scenario."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from support import scenario_path
+
+ALL_1G = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+
+
+def copy(tmp_path, name, change=None):
+    path = tmp_path / ("%s.json" % name)
+    shutil.copy(scenario_path(name), path)
+    if change:
+        document = json.loads(path.read_text())
+        change(document)
+        path.write_text(json.dumps(document))
+    return path
+
+
+def layout_of(path):
+    """{GPU index: {profile: count}} of the MIG devices in a scenario file, as the driver keeps them."""
+    found = {}
+    for index, gpu in enumerate(json.loads(path.read_text())["devices"]):
+        profiles = {}
+        for entry in gpu.get("migDevices") or []:
+            if "computeInstanceId" in entry:
+                profile = entry["name"].rpartition(" MIG ")[2]
+                profiles[profile] = profiles.get(profile, 0) + 1
+        found[index] = profiles
+    return found
+
+
+def test_applies_reruns_unchanged_and_the_facts_follow(ansible, tmp_path):
+    path = copy(tmp_path, "h100_mig_empty")
+    ok, result = ansible.module({"layout": ALL_1G}, scenario=path, name="scv.gpu.mig_layout")
+    assert ok and result["changed"] is True and result["reboot_required"] is False, result
+    assert layout_of(path) == {0: {"1g.10gb": 7}, 1: {"1g.10gb": 7}}
+    assert [gpu["after"] for gpu in result["gpus"]] == [{"mig-enabled": True, "mig-devices": {"1g.10gb": 7}}] * 2
+
+    ok, again = ansible.module({"layout": ALL_1G}, scenario=path, name="scv.gpu.mig_layout")
+    assert ok and again["changed"] is False, again
+
+    ok, facts = ansible.module(scenario=path)
+    devices = facts["ansible_facts"]["nvidia_gpu"]["cardList"][0]["migDevices"]
+    assert [device["profile"] for device in devices] == ["1g.10gb"] * 7
+    assert len({device["uuid"] for device in devices}) == 7
+
+
+def test_check_mode_and_diff_show_the_change_and_write_nothing(ansible, tmp_path):
+    path = copy(tmp_path, "h100_mig_mixed")
+    before = path.read_text()
+    ok, result = ansible.module({"layout": ALL_1G}, scenario=path, name="scv.gpu.mig_layout", check=True, diff=True)
+    assert ok and result["changed"] is True, result
+    assert path.read_text() == before
+    gpu0 = result["gpus"][0]
+    assert gpu0["before"] == {"mig-enabled": True, "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}
+    assert gpu0["after"] == {"mig-enabled": True, "mig-devices": {"1g.10gb": 7}}
+    assert '-            "2g.20gb": 1,' in ansible.last_output and '+            "1g.10gb": 7' in ansible.last_output
+
+
+def test_a_layout_per_gpu_and_a_mixed_one(ansible, tmp_path):
+    path = copy(tmp_path, "h100_mig_mixed")
+    layout = [{"devices": [0], "mig_enabled": True, "mig_devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}},
+              {"devices": [1], "mig-enabled": True, "mig-devices": {"4g.40gb": 1, "3g.40gb": 1}}]
+    ok, result = ansible.module({"layout": layout}, scenario=path, name="scv.gpu.mig_layout")
+    assert ok, result
+    assert [gpu["changed"] for gpu in result["gpus"]] == [False, True]     # GPU 0 already has that layout
+    assert layout_of(path) == {0: {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}, 1: {"4g.40gb": 1, "3g.40gb": 1}}
+
+
+def test_mig_mode_is_enabled_first_and_disabled_again(ansible, tmp_path):
+    path = copy(tmp_path, "h100_sxm_x8")            # GPUs 1 and 2 run processes; 3 is idle
+    layout = [{"devices": [3], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
+    ok, result = ansible.module({"layout": layout}, scenario=path, name="scv.gpu.mig_layout")
+    assert ok and result["changed"] and not result["reboot_required"], result
+    gpu = json.loads(path.read_text())["devices"][3]
+    assert gpu["migMode"] == {"current": 1, "pending": 1}
+    assert layout_of(path)[3] == {"3g.40gb": 2}
+    ok, result = ansible.module({"layout": [{"devices": [3], "mig-enabled": False}]}, scenario=path,
+                                name="scv.gpu.mig_layout")
+    assert ok and result["changed"], result
+    gpu = json.loads(path.read_text())["devices"][3]
+    assert gpu["migMode"] == {"current": 0, "pending": 0} and not gpu.get("migDevices")
+
+
+def test_a_busy_gpu_is_refused_naming_the_pids_and_nothing_changes(ansible, tmp_path):
+    def busy(document):
+        document["devices"][1]["migDevices"][0]["processes"] = [{"pid": 4242, "usedGpuMemory": 1 << 30}]
+    path = copy(tmp_path, "h100_mig_mixed", busy)
+    before = path.read_text()
+    ok, result = ansible.module({"layout": ALL_1G}, scenario=path, name="scv.gpu.mig_layout")
+    assert not ok
+    assert "processes use GPU 1 (NVIDIA H100 80GB HBM3): PIDs 4242" in result["msg"], result
+    assert "nothing was changed" in result["msg"]
+    assert path.read_text() == before            # GPU 0, which is idle, was not changed either
+
+
+def test_a_mode_change_the_driver_cannot_apply_says_reboot(ansible, tmp_path):
+    def needs_reset(document):
+        document["devices"][0]["migResetRequired"] = 1
+    path = copy(tmp_path, "h100_sxm_x8", needs_reset)
+    layout = [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+    ok, result = ansible.module({"layout": layout}, scenario=path, name="scv.gpu.mig_layout")
+    assert ok and result["changed"] and result["reboot_required"] is True, result
+    assert result["gpus"][0]["pending"] is True
+    assert "MIG mode of GPU 0 waits for a reset" in ansible.last_output
+    gpu = json.loads(path.read_text())["devices"][0]
+    assert gpu["migMode"] == {"current": 0, "pending": 1} and not gpu.get("migDevices")
+
+
+@pytest.mark.parametrize("layout, says", [
+    ([{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}],
+     "GPU 0 (NVIDIA H100 80GB HBM3): 1g.5gb: not a MIG profile of this GPU; it has 1g.10gb, 1g.10gb+me, 1g.20gb"),
+    ([{"devices": "all", "mig-enabled": True, "mig-devices": {"4g.40gb": 2}}],
+     "GPU 0 (NVIDIA H100 80GB HBM3): 2 x 4g.40gb do not fit on one GPU"),
+    ([{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2, "1g.10gb": 2}}],
+     "do not fit on one GPU"),
+    ([{"devices": [0, 5], "mig-enabled": True}], "layout[0].devices: no GPU 5 on this host (it has 2)"),
+    ([{"devices": "all", "mig-enabled": True}, {"devices": [1], "mig-enabled": False}],
+     "GPU 1 is named by layout[0] and layout[1]: name each GPU once"),
+    ([{"devices": "all", "mig-enabled": "yes"}], "layout[0].mig-enabled: true or false is needed, got 'yes'"),
+    ([{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": -1}}],
+     "layout[0].mig-devices.1g.10gb: the count must be a whole number, got -1"),
+    ([{"devices": "all", "mig-enabled": True, "gpus": [0]}], "layout[0]: unknown key(s) gpus"),
+])
+def test_a_bad_layout_is_refused_before_any_gpu_changes(ansible, tmp_path, layout, says):
+    path = copy(tmp_path, "h100_mig_mixed")
+    before = path.read_text()
+    ok, result = ansible.module({"layout": layout}, scenario=path, name="scv.gpu.mig_layout")
+    assert not ok and says in result["msg"], result
+    assert path.read_text() == before
+
+
+def test_a_named_layout_from_a_mig_parted_file(ansible, tmp_path):
+    path = copy(tmp_path, "h100_mig_empty")
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n"
+                      "  all-3g.40gb:\n    - devices: all\n      device-filter: [\"0x233010DE\"]\n"
+                      "      mig-enabled: true\n      mig-devices:\n        \"3g.40gb\": 2\n")
+    ok, result = ansible.module({"config_file": str(config), "config_name": "all-3g.40gb"}, scenario=path,
+                                name="scv.gpu.mig_layout")
+    assert ok and result["changed"], result
+    assert layout_of(path) == {0: {"3g.40gb": 2}, 1: {"3g.40gb": 2}}
+    ok, result = ansible.module({"config_file": str(config), "config_name": "all-1g"}, scenario=path,
+                                name="scv.gpu.mig_layout")
+    assert not ok and "has no layout 'all-1g'; it has all-3g.40gb, all-disabled" in result["msg"], result
+
+
+def test_a_gpu_without_mig_is_named(ansible, tmp_path):
+    path = copy(tmp_path, "titan_xp")
+    ok, result = ansible.module({"layout": ALL_1G}, scenario=path, name="scv.gpu.mig_layout")
+    assert not ok and "GPU 0 (TITAN Xp) cannot do MIG" in result["msg"], result
