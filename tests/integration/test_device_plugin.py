@@ -169,7 +169,10 @@ def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control
     spec = daemonset["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term == {"matchExpressions": [{"key": "gpu/nvidia", "operator": "Exists"}]}
+    expressions = term["matchExpressions"]
+    assert expressions[0] == {"key": "gpu/nvidia", "operator": "Exists"}
+    assert expressions[1:] == ([{"key": "scv.gpu/mig-layout", "operator": "NotIn", "values": ["applying"]}]
+                               if flavor == "nvidia" else [])
     selected = plane.kubectl("get", "nodes", "-l", "gpu/nvidia", "-o", "name").stdout.split()
     assert "node/%s" % gpu_node in selected and "node/%s" % cpu_node not in selected
     mounts = {v["name"]: v.get("hostPath", {}).get("path") for v in spec["volumes"]}

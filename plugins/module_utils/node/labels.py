@@ -273,3 +273,20 @@ def label_changes(current, desired, gpu_label_key):
     changes = {key: value for key, value in desired.items() if current.get(key) != value}
     changes.update({key: None for key in current if owns(key, gpu_label_key) and key not in desired})
     return changes
+
+
+def device_plugin_resources(fact, mig_strategy):
+    """{resource: count} NVIDIA's device plugin offers for these GPUs under ``mig_strategy``:
+    whole GPUs as nvidia.com/gpu (strategy none: every GPU; mixed: those with MIG off), MIG
+    devices as nvidia.com/gpu (single) or nvidia.com/mig-<profile> (mixed)."""
+    cards = [card for card in (fact or {}).get("cardList") or [] if card.get("model")]
+    if mig_strategy == "none":
+        return {"nvidia.com/gpu": len(cards)}
+    devices = _mig_devices(cards)
+    if mig_strategy == "single":
+        return {"nvidia.com/gpu": len(devices) if devices else len(cards)}
+    resources = {"nvidia.com/gpu": sum(1 for card in cards if not card.get("migEnabled"))}
+    for _card, device in devices:
+        name = "nvidia.com/mig-" + mig_resource_name(device["profile"])
+        resources[name] = resources.get(name, 0) + 1
+    return resources

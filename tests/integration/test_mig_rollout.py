@@ -1,0 +1,146 @@
+"""playbooks/mig_layout.yml against the real kube-apiserver: a MIG layout rolled out node by node.
+
+The hosts are this machine over a local connection, each with its own copy of a simulator
+scenario (its GPUs; the simulator keeps MIG instances there as a driver keeps them in the GPU),
+chosen by a per-host Python wrapper that sets NVMLSIM_CONFIG. A thread plays the device plugin:
+once a cordoned node is no longer labelled scv.gpu/mig-layout=applying, it offers the MIG
+devices the host's GPUs now have, as the plugin does when it starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+
+from conftest import recap
+from support import ROOT, SIMULATOR_DIR, scenario_path
+
+ANNOTATION = "scv.gpu/cordoned-by"
+LAYOUT = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+
+
+def node(plane, name):
+    return json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)
+
+
+def put_node(plane, name):
+    plane.kubectl("delete", "node", name, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"team": "ml"}}}))
+
+
+def offered_by(scenario):
+    """What the device plugin offers (strategy mixed) for the GPUs a scenario file has now."""
+    resources = {}
+    for gpu in json.loads(scenario.read_text())["devices"]:
+        for entry in gpu.get("migDevices") or []:
+            if "computeInstanceId" in entry:
+                name = "nvidia.com/mig-" + entry["name"].rpartition(" MIG ")[2].replace("+", ".")
+                resources[name] = resources.get(name, 0) + 1
+    return {name: str(count) for name, count in resources.items()}
+
+
+class DevicePlugin(threading.Thread):
+    def __init__(self, plane, hosts):
+        super().__init__(daemon=True)
+        self.plane, self.hosts, self.offered = plane, dict(hosts), {}
+        self.stopping = threading.Event()
+
+    def run(self):
+        while self.hosts and not self.stopping.is_set():
+            for name, scenario in list(self.hosts.items()):
+                current = node(self.plane, name)
+                paused = (current["metadata"].get("labels") or {}).get("scv.gpu/mig-layout") == "applying"
+                resources = offered_by(scenario)
+                if current["spec"].get("unschedulable") and not paused and resources:
+                    self.plane.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
+                                       json.dumps({"status": {"capacity": resources, "allocatable": resources}}))
+                    self.offered[name] = resources
+                    del self.hosts[name]
+            self.stopping.wait(0.2)
+
+
+def host(tmp_path, ansible, name, scenario):
+    folder = tmp_path / name
+    folder.mkdir()
+    path = folder / "gpus.json"
+    shutil.copy(scenario_path(scenario), path)
+    python = folder / "python"
+    python.write_text("#!/bin/sh\nexport NVMLSIM_CONFIG=%s LD_LIBRARY_PATH=%s\nexec %s \"$@\"\n"
+                      % (path, SIMULATOR_DIR, ansible.python))
+    python.chmod(0o755)
+    return name, {"ansible_python_interpreter": str(python), "mig_layout_sysfs": str(folder / "no-sys")}, path
+
+
+def rollout(ansible, plane, tmp_path, hosts, *extra):
+    inventory = {"gpu_nodes": {"hosts": {name: variables for name, variables, _path in hosts},
+                               "vars": {"ansible_connection": "local", "ansible_become": False}},
+                 "all": {"hosts": {"localhost": {"ansible_connection": "local",
+                                                 "ansible_python_interpreter": str(ansible.python)}}}}
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(inventory))
+    settings = {"scv_gpu_kubeconfig": str(plane.admin_kubeconfig), "mig_layout": LAYOUT,
+                "mig_layout_drain_timeout": 30}
+    command = [str(ansible.venv / "bin" / "ansible-playbook"), "-i", str(path),
+               str(ROOT / "playbooks" / "mig_layout.yml"), "-e", json.dumps(settings)] + list(extra)
+    return subprocess.run(command, env=ansible.env(), capture_output=True, text=True, check=False)
+
+
+def test_a_rollout_stops_at_the_first_failure_and_keeps_that_node_cordoned(ansible, control_plane, tmp_path):
+    plane = control_plane
+    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    a, b, c = ("mig-%s-%s" % (letter, tag) for letter in "abc")
+    for name in (a, b, c):
+        put_node(plane, name)
+    hosts = [host(tmp_path, ansible, a, "h100_mig_empty"), host(tmp_path, ansible, b, "h100_mig_mixed"),
+             host(tmp_path, ansible, c, "h100_mig_empty")]
+    plugin = DevicePlugin(plane, {a: hosts[0][2]})      # b's device plugin never comes back
+    plugin.start()
+    try:
+        done = rollout(ansible, plane, tmp_path, hosts, "-e", "mig_layout_allocatable_timeout=4")
+    finally:
+        plugin.stopping.set()
+        plugin.join()
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+
+    # a: laid out, labelled for its MIG devices, offered them, uncordoned
+    assert offered_by(hosts[0][2]) == {"nvidia.com/mig-1g.10gb": "14"}
+    assert not node(plane, a)["spec"].get("unschedulable"), output
+    labels = node(plane, a)["metadata"]["labels"]
+    assert labels["nvidia.com/mig-1g.10gb.count"] == "14" and labels["nvidia.com/mig.strategy"] == "mixed"
+    assert "scv.gpu/mig-layout" not in labels and labels["team"] == "ml"
+    assert ANNOTATION not in (node(plane, a)["metadata"].get("annotations") or {})
+    # b: laid out, but never offered its devices: it keeps our cordon and says why
+    assert offered_by(hosts[1][2]) == {"nvidia.com/mig-1g.10gb": "14"}
+    assert node(plane, b)["spec"].get("unschedulable") is True
+    assert node(plane, b)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.mig_layout"
+    assert "should offer {'nvidia.com/mig-1g.10gb': '14'} after its new MIG layout" in output
+    assert "The node stays cordoned." in output
+    # c: the rollout stopped before it; its GPUs are as they were
+    assert not node(plane, c)["spec"].get("unschedulable")
+    assert offered_by(hosts[2][2]) == {}
+    assert "NO MORE HOSTS LEFT" in output
+    assert recap(done.stdout, b)["failed"] == 1 and recap(done.stdout, a)["failed"] == 0
+
+
+def test_a_node_with_its_layout_is_left_alone_and_a_busy_one_is_refused_uncordoned(
+        ansible, control_plane, tmp_path):
+    plane = control_plane
+    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    done_name, busy_name = "mig-done-%s" % tag, "mig-busy-%s" % tag
+    for name in (done_name, busy_name):
+        put_node(plane, name)
+    hosts = [host(tmp_path, ansible, done_name, "h100_mig_all_1g"), host(tmp_path, ansible, busy_name, "h100_mig_mixed")]
+    document = json.loads(hosts[1][2].read_text())
+    document["devices"][0]["migDevices"][0]["processes"] = [{"pid": 5150, "usedGpuMemory": 1 << 30}]
+    hosts[1][2].write_text(json.dumps(document))
+    result = rollout(ansible, plane, tmp_path, hosts)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert recap(result.stdout, done_name) == dict(recap(result.stdout, done_name), changed=0, failed=0)
+    assert "processes use GPU 0 (NVIDIA H100 80GB HBM3): PIDs 5150" in output
+    for name in (done_name, busy_name):
+        assert not node(plane, name)["spec"].get("unschedulable"), output
