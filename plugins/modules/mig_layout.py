@@ -17,8 +17,8 @@ description:
     C(mig-configs) form (O(config_file) and O(config_name)), or the same as a mapping (O(config)).
   - Each entry names GPUs (C(devices), C(all) or a list of indexes, optionally narrowed by
     C(device-filter), PCI device IDs such as C(0x233010DE)), whether MIG mode is on
-    (C(mig-enabled)), and how many GPU instances of each profile there are (C(mig-devices), such as
-    C({"1g.10gb": 7})). Each GPU instance gets one compute instance that spans it, which is what
+    (C(mig-enabled)), and how many GPU instances of each profile there are (C(mig-devices), a mapping of
+    profile to count, such as C(1g.10gb) to 7). Each GPU instance gets one compute instance that spans it, which is what
     the device plugin offers. C(_) may stand for C(-) in the keys. GPUs no entry names are left
     as they are; an entry naming a GPU another entry named is an error.
   - Idempotent. A GPU whose MIG mode and instances (counted per profile; where they sit does not
@@ -47,7 +47,9 @@ options:
     type: list
     elements: dict
   config:
-    description: An nvidia-mig-parted style configuration, C({"version": "v1", "mig-configs": {<name>: [<entries>]}}).
+    description:
+      - An nvidia-mig-parted style configuration - C(version) C(v1), and C(mig-configs), a mapping of layout names
+        to lists of entries.
     type: dict
   config_file:
     description: A YAML or JSON file on the target host holding such a configuration.

@@ -81,7 +81,7 @@ def rollout(ansible, plane, tmp_path, hosts, *extra):
                                                  "ansible_python_interpreter": str(ansible.python)}}}}
     path = tmp_path / "inventory.json"
     path.write_text(json.dumps(inventory))
-    settings = {"scv_gpu_kubeconfig": str(plane.admin_kubeconfig), "mig_layout": LAYOUT,
+    settings = {"scv_gpu_kubeconfig": str(plane.admin_kubeconfig), "mig_layout_entries": LAYOUT,
                 "mig_layout_drain_timeout": 30}
     command = [str(ansible.venv / "bin" / "ansible-playbook"), "-i", str(path),
                str(ROOT / "playbooks" / "mig_layout.yml"), "-e", json.dumps(settings)] + list(extra)

@@ -144,7 +144,7 @@ def place(wanted, table):
     compute = max((profile["slices"] for profile in table.values()), default=0)
     if sum(table[name]["slices"] * count for name, count in wanted.items()) > compute:
         return None
-    order = sorted((name for name, count in wanted.items() for _ in range(count)),
+    order = sorted((name for name, count in wanted.items() for _copy in range(count)),
                    key=lambda name: (-table[name]["size"], _profile_order(name)))
     used = [False] * MEMORY_SLICES
     chosen = []

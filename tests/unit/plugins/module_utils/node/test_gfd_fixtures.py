@@ -30,8 +30,8 @@ NOT_OURS = re.compile(r"^nvidia\.com/(gpu\.(replicas|sharing-strategy|machine)|m
 # Ours alone: gpu.present (the GPU Operator's selector) and the site's own key.
 ONLY_OURS = {"nvidia.com/gpu.present", "gpu/nvidia"}
 # Where GFD picks one model of several at random (its per-model labels come from a Go map).
-PER_MODEL = {"nvidia.com/gpu." + name for name in ("product", "count", "memory", "family", "compute.major",
-                                                  "compute.minor")}
+PER_MODEL = {"nvidia.com/gpu." + name
+             for name in ("product", "count", "memory", "family", "compute.major", "compute.minor")}
 
 
 def read_fixture(path):
@@ -45,8 +45,8 @@ FIXTURE_FILES = sorted(FIXTURES.glob("*.txt"))
 
 def test_every_scenario_has_a_fixture_per_strategy():
     scenarios = sorted(path.stem for path in (ROOT / "tests" / "nvml_simulator" / "scenarios").glob("*.json"))
-    assert sorted(path.stem for path in FIXTURE_FILES) == sorted(
-        "%s-%s" % (scenario, strategy) for scenario in scenarios for strategy in ("none", "single", "mixed"))
+    wanted = ["%s-%s" % (scenario, strategy) for scenario in scenarios for strategy in ("none", "single", "mixed")]
+    assert sorted(path.stem for path in FIXTURE_FILES) == sorted(wanted)
     assert all("gpu-feature-discovery built from NVIDIA/k8s-device-plugin " in path.read_text()
                for path in FIXTURE_FILES)
 
@@ -107,4 +107,3 @@ def test_fixtures_cover_each_mig_case():
         "nvidia.com/mig-3g.40gb.count", "nvidia.com/mig-7g.80gb.count"}
     graphics = read_fixture(FIXTURES / "titan_xp-none.txt")[3]
     assert graphics["nvidia.com/gpu.mode"] == "graphics"
-

@@ -90,3 +90,27 @@ def test_a_node_that_lost_its_gpus_loses_every_label_of_ours():
 ])
 def test_label_key_validation(key, valid):
     assert valid_label_key(key) is valid
+
+
+def _mig_fact():
+    card = {"model": "NVIDIA H100 80GB HBM3", "migEnabled": True,
+            "migDevices": [{"profile": "1g.10gb"}, {"profile": "1g.10gb"}, {"profile": "2g.20gb+me"}]}
+    return {"nvml_available": True, "cardList": [card, {"model": "NVIDIA H100 80GB HBM3", "migEnabled": False}]}
+
+
+@pytest.mark.parametrize("strategy, resources", [
+    ("none", {"nvidia.com/gpu": 2}),
+    ("single", {"nvidia.com/gpu": 3}),
+    ("mixed", {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb.me": 1}),
+])
+def test_what_the_device_plugin_offers_per_strategy(strategy, resources):
+    from ansible_collections.scv.gpu.plugins.module_utils.node.labels import device_plugin_resources
+    assert device_plugin_resources(_mig_fact(), strategy) == resources
+
+
+def test_the_filter_refuses_an_unknown_strategy():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.scv.gpu.plugins.filter.mig import scv_gpu_device_plugin_resources
+    with pytest.raises(AnsibleFilterError, match="none, single or mixed, not 'mixd'"):
+        scv_gpu_device_plugin_resources(_mig_fact(), "mixd")
+    assert scv_gpu_device_plugin_resources(_mig_fact(), "mixed")["nvidia.com/mig-1g.10gb"] == 2
