@@ -76,7 +76,7 @@ def test_sighup_reads_the_file_again_applies_what_it_can_and_says_what_waits(acc
         agent.process.send_signal(signal.SIGHUP)
         agent.wait_for(lambda: agent.metrics()["scv_agent_reloads_total"] == 1, 5)
         log = agent.log.read_text()
-        assert "SIGHUP: configuration read again; changed: node-condition, xid-hold, log-level" in log
+        assert "SIGHUP: configuration read again (changed: node-condition, xid-hold, log-level)" in log
         assert "SIGHUP: node-condition take effect at the next start" in log
         settings.write_text("log-level: nonsense\n")
         agent.process.send_signal(signal.SIGHUP)

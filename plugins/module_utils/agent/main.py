@@ -71,9 +71,12 @@ class Reloader:
         for name in later:   # kept as they are until the next start
             new.values[name], new.sources[name] = self.config.values[name], self.config.sources[name]
         apply(self.agent, new)
+        # A reload is also how an operator (or the mig_layout role) says the GPUs changed under the agent.
+        self.agent.session.refresh_static()
         self.config = new
         self.agent.counters.bump("reloads")
-        LOG.info("SIGHUP: configuration read again; changed: %s", ", ".join(changed) or "nothing")
+        LOG.info("SIGHUP: configuration read again (changed: %s); the GPUs' static readings are read again at the "
+                 "next tick", ", ".join(changed) or "nothing")
         if later:
             LOG.warning("SIGHUP: %s take effect at the next start (systemctl restart scv-gpu-agent)",
                         ", ".join(later))

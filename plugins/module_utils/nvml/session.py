@@ -28,18 +28,16 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.gpm import TensorActi
 class Session:
     """NVML kept initialised across reads, for a long-running reader such as the Scv agent.
 
-    :meth:`read` returns what :func:`collect` returns, at a fraction of the cost: NVML is
-    initialised once (about 11 ms on an H100, plus about 11 ms to attach each GPU), and each
-    card's static readings (see ``Static``) are read once per session and again every
-    ``static_refresh_s`` seconds. A read then asks each card only what changes: memory,
-    persistence mode, the health counters, and telemetry when asked for.
+    :meth:`read` returns what :func:`collect` returns, at a fraction of the cost: NVML is initialised once
+    (about 11 ms on an H100, plus about 11 ms to attach each GPU), and each card's static readings (see
+    ``Static``) are read once per session, every ``static_refresh_s`` seconds, and after :meth:`refresh_static`.
+    A read then asks each card only what changes: memory, persistence mode, the health counters, telemetry.
 
-    NVML is initialised again, and everything read afresh, only when something calls for it:
-    the driver version NVML reports changed (the driver was reloaded or upgraded), the GPU
-    count changed, a call answered UNINITIALIZED, DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH
-    (the read is then retried once at once), or a card answered GPU_IS_LOST or
-    RESET_REQUIRED (at the next read, then backing off to ``max_lost_backoff_s`` while a card
-    stays lost, since a lost card recovers only after a reset).
+    NVML is initialised again, and everything read afresh, only when something calls for it: the driver
+    version NVML reports changed (the driver was reloaded or upgraded), the GPU count changed, a call
+    answered UNINITIALIZED, DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH (the read is then retried once at
+    once), or a card answered GPU_IS_LOST or RESET_REQUIRED (at the next read, then backing off to
+    ``max_lost_backoff_s`` while a card stays lost, since a lost card recovers only after a reset).
 
     XIDs that NVML reports while the session lasts are kept in :attr:`xids` (an
     ``events.XidLog``); what they mean for a card's health is the caller's policy.
@@ -89,6 +87,10 @@ class Session:
                 if attempt == 2:
                     return unavailable("NVML answered \"%s\" again after it was initialised anew" % lost)
         raise AssertionError("unreachable")
+
+    def refresh_static(self):
+        """Reads every card's static readings again at the next read (MIG mode changed, say)."""
+        self._static_at = -self.static_refresh_s - 1.0
 
     def close(self):
         """Shuts NVML down (the next read initialises it again); the XIDs of the session are forgotten."""

@@ -107,3 +107,27 @@ def test_fixtures_cover_each_mig_case():
         "nvidia.com/mig-3g.40gb.count", "nvidia.com/mig-7g.80gb.count"}
     graphics = read_fixture(FIXTURES / "titan_xp-none.txt")[3]
     assert graphics["nvidia.com/gpu.mode"] == "graphics"
+
+
+PLUGIN_FIXTURES = sorted((ROOT / "tests" / "fixtures" / "device-plugin").glob("*.txt"))
+
+
+@pytest.mark.parametrize("path", PLUGIN_FIXTURES, ids=lambda path: path.stem)
+def test_the_resources_equal_what_nvidias_device_plugin_serves(nvml_simulator, tmp_path, path):
+    """device_plugin_resources (what the mig_layout role waits for) names the resources NVIDIA's
+    device plugin started to serve on the same GPUs; where the plugin refuses, so do the labels."""
+    from ansible_collections.scv.gpu.plugins.module_utils.node.labels import device_plugin_resources
+    scenario, strategy = re.search(r"# scenario (\w+), --mig-strategy (\w+)", path.read_text()).groups()
+    lines = path.read_text().splitlines()
+    served = {line.split(" ", 1)[1] for line in lines if line.startswith("serves ")}
+    refused = [line for line in lines if line.startswith("refuses: ")]
+    ours, fact = our_labels(nvml_simulator, tmp_path, scenario, strategy)
+    if refused:
+        lost = [card for card in fact["cardList"] if not card.get("model")]
+        # single on MIG devices of several profiles, on GPUs with MIG off beside ones with it on,
+        # or on a MIG GPU with no MIG device: both refuse; a lost GPU or no driver stops the plugin
+        assert ((strategy == "single" and ours.get("nvidia.com/gpu.product", "").endswith("-MIG-INVALID"))
+                or lost or not fact["nvml_available"]), refused
+        return
+    resources = device_plugin_resources(fact, strategy)
+    assert {name for name, count in resources.items() if count} == served

@@ -111,6 +111,22 @@ def test_static_readings_are_read_again_after_the_refresh_period(scenario_file, 
     assert (session.inits, session.static_reads) == (1, 2)
 
 
+def test_mig_mode_turned_on_shows_at_the_next_read_after_a_refresh(scenario_file, session):
+    """What mig_layout does under a running agent: the agent's reload calls refresh_static."""
+    path, data = scenario_file("h100_mig_empty")
+    data["devices"][0]["migMode"] = {"current": 0, "pending": 0}
+    write(path, data)
+    assert session.read(["mig"])["cardList"][0]["migEnabled"] is False
+    data["devices"][0]["migMode"] = {"current": 1, "pending": 1}
+    data["devices"][0]["migDevices"] = json.loads(scenario_path("h100_mig_all_1g").read_text())["devices"][0]["migDevices"]
+    write(path, data)
+    assert session.read(["mig"])["cardList"][0]["migEnabled"] is False      # static: not asked again yet
+    session.refresh_static()
+    card = session.read(["mig"])["cardList"][0]
+    assert card["migEnabled"] is True and [device["profile"] for device in card["migDevices"]] == ["1g.10gb"] * 7
+    assert (session.inits, session.static_reads) == (1, 2)
+
+
 def test_a_changed_driver_version_starts_a_new_session(scenario_file, session):
     path, data = scenario_file("titan_xp")
     assert session.read([])["driver_version"] == "535.183.01"
