@@ -8,15 +8,22 @@ The meanings follow NVIDIA's XID catalogue. An action says what a card needs aft
 
 - ``reset``: reset the GPU (or reboot the node) before it is used again; the card is Unhealthy;
 - ``reboot``: reboot the node; the card is Unhealthy;
-- ``none``: the application's own fault or a warning to watch; the card stays Healthy.
+- ``none``: the application's own fault; the card stays Healthy.
 
-An XID not in the table counts as ``none``. Sites change actions per XID (``parse_actions``).
-:class:`XidPolicy` applies the table to the XIDs an NVML session logged (``nvml.events.XidLog``).
+The default is NVIDIA's device plugin's (``internal/rm/health.go`` of NVIDIA/k8s-device-plugin):
+every critical XID makes the card Unhealthy except the application errors in
+:data:`APPLICATION_XIDS`. An XID the table below does not name calls for a reset. Sites change
+actions per XID (``parse_actions``). :class:`XidPolicy` applies the table to the XIDs an NVML
+session logged (``nvml.events.XidLog``).
 """
 
 from __future__ import annotations
 
 ACTIONS = ("none", "reset", "reboot")
+
+# The XIDs NVIDIA's device plugin leaves a device healthy for: the application's own faults.
+APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)
+DEFAULT_ACTION = "reset"
 
 XID_TABLE = {
     13: ("graphics engine exception (usually the application's fault)", "none"),
@@ -28,11 +35,13 @@ XID_TABLE = {
     62: ("internal micro-controller halt", "reset"),
     63: ("ECC page retirement or row remapping recorded", "reset"),
     64: ("ECC page retirement or row remapping failed", "reset"),
+    68: ("video processor exception (usually the application's fault)", "none"),
     74: ("NVLink error", "reset"),
     79: ("GPU has fallen off the bus", "reboot"),
-    92: ("high single-bit ECC error rate", "none"),
-    94: ("contained ECC error (the application was stopped)", "none"),
+    92: ("high single-bit ECC error rate", "reset"),
+    94: ("contained ECC error (the application was stopped)", "reset"),
     95: ("uncontained ECC error", "reset"),
+    109: ("context switch timeout (usually the application's fault)", "none"),
     119: ("GSP RPC timeout", "reset"),
     120: ("GSP error", "reset"),
 }
@@ -54,7 +63,7 @@ def parse_actions(items):
 def action_for(xid, overrides=None):
     if overrides and xid in overrides:
         return overrides[xid]
-    return XID_TABLE.get(xid, ("", "none"))[1]
+    return XID_TABLE.get(xid, ("", DEFAULT_ACTION))[1]
 
 
 def reason_for(xid, at, overrides=None):
@@ -62,7 +71,7 @@ def reason_for(xid, at, overrides=None):
     action = action_for(xid, overrides)
     if action == "none":
         return None
-    meaning = XID_TABLE.get(xid, ("an XID error",))[0]
+    meaning = XID_TABLE.get(xid, ("a critical XID error not among the application's own",))[0]
     return "XID %d at %s: %s; %s" % (xid, at, meaning, _ADVICE[action])
 
 

@@ -4,21 +4,36 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XID_TABLE, action_for, parse_actions, reason_for
+from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import (
+    APPLICATION_XIDS,
+    XID_TABLE,
+    action_for,
+    parse_actions,
+    reason_for,
+)
 
 
 @pytest.mark.parametrize("xid, action", [(48, "reset"), (63, "reset"), (64, "reset"), (74, "reset"), (79, "reboot"),
-                                         (92, "none"), (94, "none"), (95, "reset"), (13, "none"), (9999, "none")])
+                                         (92, "reset"), (94, "reset"), (95, "reset"), (13, "none"), (9999, "reset")])
 def test_the_table(xid, action):
     assert action_for(xid) == action
+
+
+@pytest.mark.parametrize("xid", range(1, 200))
+def test_the_default_is_nvidias_device_plugin_policy(xid):
+    """Every critical XID makes the card unhealthy but NVIDIA's application errors (health.go)."""
+    assert (action_for(xid) == "none") == (xid in (13, 31, 43, 45, 68, 109))
+    assert APPLICATION_XIDS == (13, 31, 43, 45, 68, 109)
 
 
 def test_reasons_say_what_happened_and_what_to_do():
     assert reason_for(79, "2026-11-22T10:00:00Z") == (
         "XID 79 at 2026-11-22T10:00:00Z: GPU has fallen off the bus; reboot the node")
     assert reason_for(48, "t") == "XID 48 at t: double-bit ECC error; reset the GPU or reboot the node"
-    assert reason_for(94, "t") is None
-    assert reason_for(5555, "t", {5555: "reset"}) == "XID 5555 at t: an XID error; reset the GPU or reboot the node"
+    assert reason_for(109, "t") is None
+    assert reason_for(5555, "t") == ("XID 5555 at t: a critical XID error not among the application's own; "
+                                     "reset the GPU or reboot the node")
+    assert reason_for(5555, "t", {5555: "none"}) is None
 
 
 def test_site_choices_override_the_table():
