@@ -22,7 +22,8 @@ TITAN_XP_CARD = {
     "pciBusId": "00000000:01:00.0",
     "totalMemory": 12194,          # 12194 MiB + 417792 bytes
     "freeMemory": 11950,           # 11950 MiB + 4096 bytes
-    "usedMemory": 244,             # total - free = 244 MiB + 413696 bytes
+    "usedMemory": 244,             # total - free - reserved, in MiB as nvidia-smi shows them
+    "reservedMemory": 0,
     "clock": 5705,
     "core": 1911,
     "power": 250,
@@ -65,7 +66,8 @@ def h100_card(i):
         "pciBusId": "00000000:%s:00.0" % H100_BUSES[i],
         "totalMemory": 81559,
         "freeMemory": 81005 - 1000 * i,
-        "usedMemory": 554 + 1000 * i,  # v1 "used" includes the 535 MiB reserved
+        "usedMemory": 19 + 1000 * i,   # without the 535 MiB the driver reserves, as nvidia-smi's Used
+        "reservedMemory": 535,
         "clock": 2619,
         "core": 1980,
         "power": 700,
@@ -117,7 +119,8 @@ def _a100_card(i, bus, mig_enabled, mig_pending):
         "pciBusId": "00000000:%s:00.0" % bus,
         "totalMemory": 40960,
         "freeMemory": 40327,
-        "usedMemory": 633,
+        "usedMemory": 0,
+        "reservedMemory": 633,
         "clock": 1215,
         "core": 1410,
         "power": 400,
@@ -191,6 +194,7 @@ def _v100_card(i, bus):
         "totalMemory": 16384,
         "freeMemory": 16150,
         "usedMemory": 234,
+        "reservedMemory": 0,
         "clock": 877,
         "core": 1530,
         "power": 300,
@@ -242,7 +246,8 @@ POWER_NOT_SUPPORTED_CARD = {
     "pciBusId": "00000000:2B:00.0",
     "totalMemory": 24576,
     "freeMemory": 24257,
-    "usedMemory": 319,
+    "usedMemory": 13,
+    "reservedMemory": 306,
     "clock": 9751,
     "core": 2100,
     # no "power": the driver answered NOT_SUPPORTED, which is not a failure
@@ -326,6 +331,10 @@ HEALTH_REASONS = [
 # nvidia-smi -q -x showed them, telemetry included, so every field must come out the same.
 REAL_H100_DIR = pathlib.Path(__file__).resolve().parent / "nvml_simulator" / "real-h100"
 H100_REAL = json.loads((REAL_H100_DIR / "gpu_facts.json").read_text(encoding="utf-8"))
+# That reading was taken when usedMemory still counted the driver's reserve. The card's
+# nvidia-smi -q (nvidia-smi-q.xml) says FB Memory Usage Reserved 480 MiB, Used 0 MiB: what
+# gpu_facts reports now, usedMemory as nvidia-smi's Used and the reserve apart.
+H100_REAL["cardList"][0].update(usedMemory=0, reservedMemory=480)
 
 BY_SCENARIO = {
     "titan_xp": TITAN_XP,

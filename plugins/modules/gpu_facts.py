@@ -206,9 +206,16 @@ ansible_facts:
               type: int
               sample: 11950
             usedMemory:
-              description: Used memory including driver-reserved memory, MiB.
+              description:
+                - Used memory, MiB, as nvidia-smi's C(Used) - without the driver's reserve, so that C(usedMemory)
+                  + C(freeMemory) + C(reservedMemory) = C(totalMemory).
+                - On a driver too old to report its reserve apart, the reserve is counted here.
               type: int
-              sample: 244
+              sample: 0
+            reservedMemory:
+              description: Memory the driver reserves for itself, MiB (nvidia-smi's C(Reserved)).
+              type: int
+              sample: 480
             clock:
               description: Maximum memory clock, MHz (SCV field).
               type: int

@@ -325,11 +325,11 @@ def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
                                                            gpm={"anyTensorUtil": 42})
                                              for device in scenario["devices"]])
     agent.wait_for(lambda: agent.metrics().get(
-        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{Hostname="%s",UUID="GPU-5a7c0007-1f2e-4d3c-8b4a-9e8d7c6b5a47",device="nvidia7",'
-        'gpu="7",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:DB:00.0"}' % agent.node) == 0.42, 10)
+        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{UUID="GPU-5a7c0007-1f2e-4d3c-8b4a-9e8d7c6b5a47",device="nvidia7",'
+        'gpu="7",hostname="%s",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:DB:00.0"}' % agent.node) == 0.42, 10)
     agent.wait_for(lambda: agent.metrics().get(
-        'DCGM_FI_DEV_SM_CLOCK{Hostname="%s",UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",device="nvidia0",'
-        'gpu="0",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"}' % agent.node) == 1980, 10)
+        'DCGM_FI_DEV_SM_CLOCK{UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",device="nvidia0",'
+        'gpu="0",hostname="%s",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"}' % agent.node) == 1980, 10)
     families = {family.name: family for family in text_string_to_metric_families(agent.metrics_text())}
     queried = set()
     for line in DASHBOARD_QUERIES.read_text().splitlines():
@@ -340,7 +340,7 @@ def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
         samples = families[metric].samples
         assert len(samples) == 8, metric                      # one series per GPU
         assert {sample.labels["gpu"] for sample in samples} == {str(index) for index in range(8)}
-        assert all(sample.labels["modelName"] == "NVIDIA H100 80GB HBM3" and sample.labels["Hostname"] == agent.node
+        assert all(sample.labels["modelName"] == "NVIDIA H100 80GB HBM3" and sample.labels["hostname"] == agent.node
                    for sample in samples)
     tensor = {sample.labels["gpu"]: sample.value for sample in families["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].samples}
     assert tensor == {str(index): 0.42 for index in range(8)}   # dcgm-exporter's ratio, from GPM's percent

@@ -972,6 +972,10 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     SIM_DEVICE_CALL(device, dev);
+    /* an error injected into the memory query strikes both of its versions */
+    sim_rc_ = sim_injected(dev.mig ? dev.mig : dev.gpu, "nvmlDeviceGetMemoryInfo");
+    if (sim_rc_ != NVML_SUCCESS)
+        SIM_RETURN(sim_rc_);
     if (!memory)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     if (memory->version != nvmlMemory_v2)

@@ -5,7 +5,7 @@
 """The agent's Prometheus metrics, with dcgm-exporter's names and labels (private to the collection).
 
 Dashboards built for NVIDIA's dcgm-exporter query ``DCGM_FI_DEV_*`` series with the labels
-``gpu``, ``UUID``, ``device``, ``modelName`` and ``Hostname``. The agent serves the same series
+``gpu``, ``UUID``, ``device``, ``modelName`` and ``hostname``. The agent serves the same series
 from NVML, so those dashboards work on nodes without DCGM. Beside them it serves its own
 ``scv_gpu_*`` gauges and ``scv_agent_*`` counters. The exposition is prometheus_client's.
 """
@@ -20,6 +20,7 @@ DCGM_CARD_GAUGES = (
     ("DCGM_FI_DEV_MEM_COPY_UTIL", ("memoryUtilization",), "Memory utilization (in %)."),
     ("DCGM_FI_DEV_FB_FREE", ("freeMemory",), "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", ("usedMemory",), "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_RESERVED", ("reservedMemory",), "Framebuffer memory reserved (in MiB)."),
     ("DCGM_FI_DEV_GPU_TEMP", ("temperature",), "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", ("powerDraw",), "Power draw (in W)."),
     ("DCGM_FI_DEV_SM_CLOCK", ("smClock",), "SM clock frequency (in MHz)."),
@@ -51,7 +52,9 @@ SCV_CARD_GAUGES = (
     ("scv_gpu_temperature_celsius", "temperature", "GPU temperature in degrees Celsius."),
 )
 
-DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+# dcgm-exporter writes "hostname" since d5e5f51 (May 2026); "Hostname" made duplicate series when
+# joined with other exporters.
+DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname")
 
 
 def _field(card, path):

@@ -293,12 +293,19 @@ def _read_identity(reader, card):
 
 
 def _read_memory(reader, card):
-    memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo)
+    # The second version tells the driver's reserve apart; the first counts it as used.
+    failures = len(reader.reasons)
+    memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2)
+    reserved = getattr(memory, "reserved", 0)
+    if memory is None and len(reader.reasons) == failures:   # a driver without the second version
+        memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo)
     if memory is not None:
         card["totalMemory"] = bytes_to_mib(memory.total)
         card["freeMemory"] = bytes_to_mib(memory.free)
-        card["usedMemory"] = bytes_to_mib(memory.used)
-        if memory.free > memory.total or memory.used > memory.total:
+        card["reservedMemory"] = bytes_to_mib(reserved)
+        # in MiB as nvidia-smi shows it, so that used + free + reserved = total
+        card["usedMemory"] = card["totalMemory"] - card["freeMemory"] - card["reservedMemory"]
+        if memory.free > memory.total or memory.used + reserved > memory.total:
             reader.reasons.append(
                 "the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; reset the "
                 "GPU or reload the driver" % (card["freeMemory"], card["usedMemory"], card["totalMemory"]))

@@ -215,3 +215,20 @@ def test_more_free_memory_than_there_is_is_unhealthy(nvml_simulator, tmp_path, m
     card = collect(ALL)["cardList"][0]
     assert card["health"] == "Unhealthy"
     assert card["healthReasons"][0].startswith("the memory reading cannot be right: 13218 MiB free")
+
+
+@pytest.mark.parametrize("scenario", ["titan_xp", "h100_sxm_x8", "a100_mig", "power_not_supported", "h100_real"])
+def test_used_free_and_reserved_make_the_total(nvml_simulator, scenario):
+    nvml_simulator.use(scenario)
+    for card in collect(ALL)["cardList"]:
+        assert card["usedMemory"] + card["freeMemory"] + card["reservedMemory"] == card["totalMemory"]
+
+
+def test_used_memory_is_nvidia_smis_used_on_the_real_card(nvml_simulator):
+    from xml.etree import ElementTree
+    root = ElementTree.parse(expected.REAL_H100_DIR / "nvidia-smi-q.xml").getroot()
+    usage = root.find("gpu/fb_memory_usage")
+    nvml_simulator.use("h100_real")
+    card = collect(ALL)["cardList"][0]
+    assert "%d MiB" % card["usedMemory"] == usage.findtext("used")
+    assert "%d MiB" % card["reservedMemory"] == usage.findtext("reserved")

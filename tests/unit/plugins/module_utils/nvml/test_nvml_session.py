@@ -78,7 +78,7 @@ def test_static_readings_are_read_once_per_session(nvml_simulator, session):
         session.read(["telemetry"])
     for function in STATIC_CALLS:
         assert nvml_simulator.calls_of(function) == 0, function
-    assert nvml_simulator.calls_of("nvmlDeviceGetMemoryInfo") == 5 * 8
+    assert nvml_simulator.calls_of("nvmlDeviceGetMemoryInfo_v2") == 5 * 8
     assert nvml_simulator.calls_of("nvmlDeviceGetTemperature") == 5 * 8
     # The H100s do not support retired pages: asked once, not at every read.
     assert nvml_simulator.calls_of("nvmlDeviceGetRetiredPagesPendingStatus") == 0
@@ -226,7 +226,7 @@ def test_the_cost_model_matches_the_real_h100(nvml_simulator):
 
 def test_a_scenario_sets_its_own_costs(tmp_path, nvml_simulator):
     data = json.loads(scenario_path("titan_xp").read_text())
-    data["latency"] = {"model": "none", "attach": 0, "calls": {"nvmlDeviceGetMemoryInfo": 700}}
+    data["latency"] = {"model": "none", "attach": 0, "calls": {"nvmlDeviceGetMemoryInfo_v2": 700}}
     path = tmp_path / "costly.json"
     path.write_text(json.dumps(data))
     nvml_simulator.use(path)
