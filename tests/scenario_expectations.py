@@ -24,6 +24,7 @@ TITAN_XP_CARD = {
     "freeMemory": 11950,           # 11950 MiB + 4096 bytes
     "usedMemory": 244,             # total - free - reserved, in MiB as nvidia-smi shows them
     "reservedMemory": 0,
+    "virtualizationMode": 0,
     "clock": 5705,
     "core": 1911,
     "power": 250,
@@ -68,6 +69,7 @@ def h100_card(i):
         "freeMemory": 81005 - 1000 * i,
         "usedMemory": 19 + 1000 * i,   # without the 535 MiB the driver reserves, as nvidia-smi's Used
         "reservedMemory": 535,
+        "virtualizationMode": 0,
         "clock": 2619,
         "core": 1980,
         "power": 700,
@@ -121,6 +123,7 @@ def _a100_card(i, bus, mig_enabled, mig_pending):
         "freeMemory": 40327,
         "usedMemory": 0,
         "reservedMemory": 633,
+        "virtualizationMode": 0,
         "clock": 1215,
         "core": 1410,
         "power": 400,
@@ -195,6 +198,7 @@ def _v100_card(i, bus):
         "freeMemory": 16150,
         "usedMemory": 234,
         "reservedMemory": 0,
+        "virtualizationMode": 0,
         "clock": 877,
         "core": 1530,
         "power": 300,
@@ -248,6 +252,7 @@ POWER_NOT_SUPPORTED_CARD = {
     "freeMemory": 24257,
     "usedMemory": 13,
     "reservedMemory": 306,
+    "virtualizationMode": 0,
     "clock": 9751,
     "core": 2100,
     # no "power": the driver answered NOT_SUPPORTED, which is not a failure
@@ -335,6 +340,8 @@ H100_REAL = json.loads((REAL_H100_DIR / "gpu_facts.json").read_text(encoding="ut
 # nvidia-smi -q (nvidia-smi-q.xml) says FB Memory Usage Reserved 480 MiB, Used 0 MiB: what
 # gpu_facts reports now, usedMemory as nvidia-smi's Used and the reserve apart.
 H100_REAL["cardList"][0].update(usedMemory=0, reservedMemory=480)
+# Read later on the same card (dcgm-counter-calls.txt): NVML's virtualization mode 1, passthrough.
+H100_REAL["cardList"][0].update(virtualizationMode=1)
 
 BY_SCENARIO = {
     "titan_xp": TITAN_XP,

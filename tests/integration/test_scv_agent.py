@@ -314,6 +314,7 @@ def test_an_xid_whose_action_is_none_leaves_the_card_healthy(agent_on_node):
 DASHBOARD_QUERIES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "dcgm-exporter-dashboard-queries.txt"
 
 
+@pytest.mark.parametrize("agent_on_node", [("--counters-interval", "1")], indirect=True)
 def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
     import re
 
@@ -325,10 +326,10 @@ def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
                                                            gpm={"anyTensorUtil": 42})
                                              for device in scenario["devices"]])
     agent.wait_for(lambda: agent.metrics().get(
-        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{UUID="GPU-5a7c0007-1f2e-4d3c-8b4a-9e8d7c6b5a47",device="nvidia7",'
+        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{DCGM_FI_DRIVER_VERSION="550.54.15",UUID="GPU-5a7c0007-1f2e-4d3c-8b4a-9e8d7c6b5a47",device="nvidia7",'
         'gpu="7",hostname="%s",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:DB:00.0"}' % agent.node) == 0.42, 10)
     agent.wait_for(lambda: agent.metrics().get(
-        'DCGM_FI_DEV_SM_CLOCK{UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",device="nvidia0",'
+        'DCGM_FI_DEV_SM_CLOCK{DCGM_FI_DRIVER_VERSION="550.54.15",UUID="GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40",device="nvidia0",'
         'gpu="0",hostname="%s",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"}' % agent.node) == 1980, 10)
     families = {family.name: family for family in text_string_to_metric_families(agent.metrics_text())}
     queried = set()
@@ -491,3 +492,78 @@ def test_rest_client_reads_inline_kubeconfig_data(access, tmp_path):
     assert client.get("agent-inline")["spec"] == {"updateInterval": 1000}
     assert client.requests == 3
     plane.kubectl("delete", "scv", "agent-inline")
+
+
+# The counters dcgm-exporter serves by default (etc/default-counters.csv of NVIDIA/dcgm-exporter at
+# d5e5f51, the lines not commented out): 25 series, and the driver version as a label of each.
+DCGM_DEFAULT_COUNTERS = (
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
+)
+
+
+def _every_counter(scenario):
+    """H100s as a vGPU guest with NVLink would show them: every default counter has a value."""
+    for index, device in enumerate(scenario["devices"]):
+        device.update(clocks={"sm": 1980, "memory": 2619}, fields={"82": 40 + index, "83": 2742790 + index, "94": index, "66": 1000 * index},
+                      encoderUtilization=index, decoderUtilization=2 * index, virtualizationMode=2,
+                      vgpuLicensed=1, gpm={"anyTensorUtil": 42, "graphicsUtil": 60, "dramBwUtil": 25,
+                                           "pcieTxMiBPerSecond": 2, "pcieRxMiBPerSecond": 3})
+
+
+@pytest.mark.parametrize("agent_on_node", [("--counters-interval", "1")], indirect=True)
+def test_every_default_counter_of_dcgm_exporter_is_served(agent_on_node):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    agent = agent_on_node
+    change_scenario(agent, _every_counter)
+    agent.wait_for(lambda: 'DCGM_FI_PROF_PCIE_RX_BYTES{' in agent.metrics_text(), 10)
+    families = {family.name: family for family in text_string_to_metric_families(agent.metrics_text())}
+    for name in DCGM_DEFAULT_COUNTERS:
+        samples = families[name].samples
+        assert len(samples) == 8, name
+        assert all(sample.labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15" for sample in samples), name
+
+    def by_gpu(name):
+        return {sample.labels["gpu"]: sample.value for sample in families[name].samples}
+    assert by_gpu("DCGM_FI_DEV_MEMORY_TEMP")["3"] == 43
+    assert by_gpu("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")["1"] == 2742791
+    assert by_gpu("DCGM_FI_DEV_DEC_UTIL")["4"] == 8
+    assert by_gpu("DCGM_FI_DEV_VGPU_LICENSE_STATUS")["0"] == 1
+    assert by_gpu("DCGM_FI_PROF_GR_ENGINE_ACTIVE")["0"] == 0.6                # GPM's percent as DCGM's ratio
+    assert by_gpu("DCGM_FI_PROF_PCIE_TX_BYTES")["0"] == 2 * 1048576          # MiB/s as bytes/s
+    # FB_USED is nvidia-smi's Used: used + free + reserved = total
+    used, free = by_gpu("DCGM_FI_DEV_FB_USED"), by_gpu("DCGM_FI_DEV_FB_FREE")
+    reserved = by_gpu("DCGM_FI_DEV_FB_RESERVED")
+    total = {sample.labels["gpu"]: sample.value for sample in families["scv_gpu_memory_total_mib"].samples}
+    assert all(used[gpu] + free[gpu] + reserved[gpu] == total[gpu] for gpu in total)
+    assert reserved["0"] == 535
+
+
+def test_a_counters_file_chooses_the_series(access, agent_command, tmp_path):
+    plane = access
+    node = "counters-file-%d" % os.getpid()
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    counters = tmp_path / "counters.csv"
+    counters.write_text("# a site's own list\nDCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+                        "DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
+                        "DCGM_FI_DEV_POWER_VIOLATION, counter, Throttling duration due to power constraints (in ns).\n")
+    agent = AgentProcess(agent_command, plane, node, tmp_path, scenario="h100_sxm_x8",
+                         extra=("--counters-file", str(counters)))
+    try:
+        agent.wait_for(lambda: "DCGM_FI_DEV_GPU_TEMP{" in agent.metrics_text(), 10)
+        served = {line.split("{")[0] for line in agent.metrics_text().splitlines() if line.startswith("DCGM_")}
+        assert served == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED"}
+        log = agent.log.read_text()
+        assert "DCGM_FI_DEV_POWER_VIOLATION" in log and "does not serve" in log
+    finally:
+        agent.stop()
+        plane.kubectl("delete", "node", node, "--ignore-not-found")

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import parse_actions
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
 
@@ -50,6 +51,17 @@ def _positive(kind, minimum, inclusive=True):
             raise ValueError("expected a number %s %s" % (">=" if inclusive else ">", minimum))
         return value
     return convert
+
+
+def _counters_file(text):
+    """A counters file in dcgm-exporter's CSV format ('' for none), read to check it."""
+    path = str(text)
+    if path:
+        try:
+            metrics.read_counters_file(path)
+        except OSError as error:
+            raise ValueError("cannot read %s: %s" % (path, error.strerror))
+    return path
 
 
 def _log_level(text):
@@ -97,6 +109,12 @@ OPTIONS = (
     ("watch-timeout", _positive(int, 1), 300, True, "seconds per watch request"),
     ("request-timeout", _positive(float, 0, inclusive=False), 10.0, False,
      "seconds to wait for the API server's answer before a request fails"),
+    ("counters-interval", _positive(float, 0, inclusive=False), 30.0, True,
+     "seconds between reads of the costly counters (energy, PCIe replays, NVLink, vGPU licence) and of GPM "
+     "(engine activity); dcgm-exporter collects every 30 s"),
+    ("counters-file", _counters_file, "", True,
+     "a counters file in dcgm-exporter's CSV format (name, type, help) naming the DCGM series to serve; "
+     "'' serves every one the agent has"),
     ("static-refresh", _positive(float, 0), 600.0, True,
      "seconds between reads of each card's static readings (identity, maximum clocks, power limit, PCIe, ECC and "
      "MIG mode); NVML errors that call for it read them at once"),

@@ -69,6 +69,7 @@ class Agent:
         self.session = session
         self.default_interval_ms = default_interval_ms
         self.metrics = metrics
+        self.dcgm_series = None        # the DCGM series a counters file chose (None: every one served)
         self.xid_policy = xid_policy or XidPolicy()
         self.counters = Counters()
         self.notify = notify or (lambda *_words: None)
@@ -181,7 +182,7 @@ class Agent:
         inits = self.session.inits
         started = time.perf_counter()
         try:
-            facts = self.session.read(["telemetry"] if self.metrics else [])
+            facts = self.session.read(["telemetry", "counters"] if self.metrics else [])
         finally:
             self.nvml_seconds += time.perf_counter() - started
         if self.session.inits > inits > 0:
@@ -233,7 +234,8 @@ class Agent:
             scv_agent_nvml_static_reads=self.session.static_reads,
             scv_agent_nvml_seconds=self.nvml_seconds,
         )
-        return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values}
+        return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values,
+                "served": self.dcgm_series}
 
     def health(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""

@@ -14,6 +14,7 @@ import logging
 import signal
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config as configuration
+from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
 from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
@@ -34,7 +35,8 @@ def build(config, notify):
     if config["taint-kubeconfig"]:
         taint_client = RestClient.from_file(config["taint-kubeconfig"], timeout=config["request-timeout"],
                                             resource=NODE)
-    return Agent(client, config["node-name"], Session(static_refresh_s=config["static-refresh"]),
+    session = Session(static_refresh_s=config["static-refresh"], counters_interval_s=config["counters-interval"])
+    return Agent(client, config["node-name"], session,
                  default_interval_ms=config["default-interval"], watch_timeout=config["watch-timeout"],
                  metrics=bool(config["metrics-address"]),
                  xid_policy=XidPolicy(config["xid-actions"], config["xid-hold"]),
@@ -47,6 +49,13 @@ def apply(agent, config):
     agent.default_interval_ms = config["default-interval"]
     agent.watch.timeout = config["watch-timeout"]
     agent.session.static_refresh_s = config["static-refresh"]
+    agent.session.slow.interval_s = config["counters-interval"]
+    agent.dcgm_series = None
+    if config["counters-file"]:
+        agent.dcgm_series, unknown = metrics.read_counters_file(config["counters-file"])
+        if unknown:
+            LOG.warning("%s names series this agent does not serve (left out): %s", config["counters-file"],
+                        ", ".join(unknown))
     agent.xid_policy.actions = dict(config["xid-actions"])
     agent.xid_policy.hold_s = config["xid-hold"]
 
@@ -98,6 +107,7 @@ def main(argv=None):
     except ApiError as error:
         LOG.error("%s", error)
         return 2
+    apply(agent, config)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     signal.signal(signal.SIGHUP, Reloader(agent, flags, config))

@@ -25,8 +25,25 @@ DCGM_CARD_GAUGES = (
     ("DCGM_FI_DEV_POWER_USAGE", ("powerDraw",), "Power draw (in W)."),
     ("DCGM_FI_DEV_SM_CLOCK", ("smClock",), "SM clock frequency (in MHz)."),
     ("DCGM_FI_DEV_MEM_CLOCK", ("memClock",), "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", ("memoryTemperature",), "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", ("energyConsumption",), "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", ("pcieReplayCount",), "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_ENC_UTIL", ("encoderUtilization",), "Encoder utilization (in %)."),
+    ("DCGM_FI_DEV_DEC_UTIL", ("decoderUtilization",), "Decoder utilization (in %)."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", ("nvlinkBandwidthTotal",),
+     "Total number of NVLink bandwidth counters for all lanes."),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", ("vgpuLicenseStatus",), "vGPU License status"),
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", ("tensorUtilization",),
      "Ratio of cycles the tensor (HMMA / IMMA) pipe is active (from NVML GPM, Hopper and later)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", ("graphicsActivity",), "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", ("dramActivity",),
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", ("pcieTxMiBPerSecond",),
+     "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in "
+     "bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", ("pcieRxMiBPerSecond",),
+     "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in "
+     "bytes per second."),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ("eccErrors", "correctedVolatile"),
      "Total number of single-bit volatile ECC errors."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ("eccErrors", "uncorrectedVolatile"),
@@ -57,9 +74,15 @@ SCV_CARD_GAUGES = (
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname")
 
 
+# GPM gives percentages and MiB per second; DCGM's profiling fields are ratios and bytes per second.
+_SCALE = {"tensorUtilization": 0.01, "graphicsActivity": 0.01, "dramActivity": 0.01,
+          "pcieTxMiBPerSecond": 1048576.0, "pcieRxMiBPerSecond": 1048576.0}
+
+
 def _field(card, path):
-    if path == ("tensorUtilization",):
-        return card["tensorUtilization"] / 100.0 if isinstance(card.get("tensorUtilization"), (int, float)) else None
+    if path[0] in _SCALE:
+        value = card.get(path[0])
+        return value * _SCALE[path[0]] if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     value = card
     for key in path:
         if not isinstance(value, dict) or key not in value:
@@ -70,9 +93,34 @@ def _field(card, path):
     return value if isinstance(value, (int, float)) else None
 
 
-def dcgm_labels(card, hostname):
+# dcgm-exporter's "label" counter: the driver version as a label of every DCGM series.
+DRIVER_VERSION = "DCGM_FI_DRIVER_VERSION"
+XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
+SERVED = tuple(metric for metric, _path, _text in DCGM_CARD_GAUGES) + (XID_ERRORS, DRIVER_VERSION)
+
+
+def dcgm_labels(card, hostname, driver=None):
     index = str(card.get("id", ""))
-    return [index, card.get("uuid", ""), card.get("pciBusId", ""), "nvidia%s" % index, card.get("model", ""), hostname]
+    labels = [index, card.get("uuid", ""), card.get("pciBusId", ""), "nvidia%s" % index, card.get("model", ""),
+              hostname]
+    return labels + [driver] if driver is not None else labels
+
+
+def read_counters_file(path):
+    """The DCGM series a counters file in dcgm-exporter's CSV format names (``name, type, help`` per
+    line, ``#`` comments), as (served, named but not served); ValueError names the line at fault."""
+    named = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = [part.strip() for part in line.split(",", 2)]
+            if len(parts) < 3 or not parts[0].startswith("DCGM_") or parts[1] not in ("gauge", "counter", "label"):
+                raise ValueError("%s line %d: %r is not 'DCGM_FI_..., gauge|counter|label, help text'"
+                                 % (path, number, line))
+            named.append(parts[0])
+    return frozenset(name for name in named if name in SERVED), sorted(set(named) - set(SERVED))
 
 
 # Help texts of the counters that are not the agent's own Counters (see ``agent.counters``).
@@ -97,19 +145,24 @@ class SnapshotCollector:
         snapshot = self.snapshot()
         node = snapshot["node"]
         cards = (snapshot["facts"] or {}).get("cardList") or []
+        served = snapshot.get("served") or SERVED
+        driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
+        labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
         for metric, path, text in DCGM_CARD_GAUGES:
-            family = GaugeMetricFamily(metric, text, labels=DCGM_LABELS)
+            if metric not in served:
+                continue
+            family = GaugeMetricFamily(metric, text, labels=labels)
             for card in cards:
                 value = _field(card, path)
                 if value is not None:
-                    family.add_metric(dcgm_labels(card, node), value)
+                    family.add_metric(dcgm_labels(card, node, driver), value)
             yield family
-        xids = GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
-                                 labels=DCGM_LABELS)
-        last = snapshot["last_xids"]
-        for card in cards:
-            xids.add_metric(dcgm_labels(card, node), last.get(card.get("id"), 0))
-        yield xids
+        if XID_ERRORS in served:
+            xids = GaugeMetricFamily(XID_ERRORS, "Value of the last XID error encountered.", labels=labels)
+            last = snapshot["last_xids"]
+            for card in cards:
+                xids.add_metric(dcgm_labels(card, node, driver), last.get(card.get("id"), 0))
+            yield xids
 
         for metric, field, text in SCV_CARD_GAUGES:
             family = GaugeMetricFamily(metric, text, labels=("node", "gpu", "uuid"))

@@ -46,6 +46,13 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     pynvml,
     text_call,
 )
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import (
+    TELEMETRY_FIELDS,
+    field_value,
+    read_codecs,
+    read_counters,
+    read_virtualization,
+)
 
 
 class _CardReader:
@@ -116,7 +123,7 @@ def _read_ecc_mode(reader, card):
         card["eccEnabled"] = bool(ecc[0])
 
 
-def _read_health(reader, card):
+def _read_health(reader, card, telemetry=False):
     reasons = reader.reasons
     if card.get("eccEnabled"):
         counts = {}
@@ -157,8 +164,13 @@ def _read_health(reader, card):
         if pending:
             reasons.append("memory pages are pending retirement: reset the GPU or reboot the node")
 
-    fields = reader.query("GPU recovery action", pynvml.nvmlDeviceGetFieldValues,
-                          [FI_DEV_GET_GPU_RECOVERY_ACTION], health=True)
+    # One field-values call for the recovery action and, with telemetry, the memory temperature and
+    # NVLink traffic: each field a call of its own would cost the call again.
+    wanted = [FI_DEV_GET_GPU_RECOVERY_ACTION] + (list(TELEMETRY_FIELDS.values()) if telemetry else [])
+    fields = reader.query("GPU recovery action", pynvml.nvmlDeviceGetFieldValues, wanted, health=True)
+    for field, (key, _field_id) in zip(fields[1:] if fields is not None else (), TELEMETRY_FIELDS.items()):
+        if field.nvmlReturn == 0:
+            card[key] = field_value(field)
     if fields is not None and fields[0].nvmlReturn == NO_PERMISSION:
         reader.note_unchecked("GPU recovery action")
     if fields is not None and fields[0].nvmlReturn == 0:
@@ -193,6 +205,7 @@ def _read_telemetry(reader, card):
         value = reader.query(what, pynvml.nvmlDeviceGetClockInfo, clock)
         if value is not None:
             card[key] = value
+    read_codecs(reader, card)
 
 
 def _read_mig_device(parent_reader, index):
@@ -411,9 +424,12 @@ def read_card(index, subsets, handle=None, static=None, lost=None):
         once(_read_capabilities)
         _read_persistence(reader, card)
         once(_read_ecc_mode)
-        _read_health(reader, card)
+        _read_health(reader, card, "telemetry" in subsets)
         if "telemetry" in subsets:
             _read_telemetry(reader, card)
+        if "counters" in subsets:
+            once(read_virtualization)
+            read_counters(reader, card)
         if "mig" in subsets:
             once(_read_mig_mode)
             _read_mig_devices(reader, card)

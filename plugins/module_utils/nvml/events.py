@@ -36,11 +36,14 @@ class XidLog:
         self._clock = clock
         self._lock = threading.Lock()
         self._records = {}   # card index -> [XidRecord], oldest first
+        self._last = {}      # card index -> the last XID, kept when its record is dropped
 
     def add(self, index, xid):
         record = XidRecord(index, xid, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), self._clock())
         with self._lock:
             self._records.setdefault(index, []).append(record)
+            if index is not None:
+                self._last[index] = xid
         return record
 
     def kept(self, index, newer_than=None):
@@ -52,12 +55,14 @@ class XidLog:
             return list(records)
 
     def last(self):
-        """{card index: the last XID seen}, as dcgm-exporter's DCGM_FI_DEV_XID_ERRORS."""
+        """{card index: the last XID seen}, as dcgm-exporter's DCGM_FI_DEV_XID_ERRORS ("value of the
+        last XID error encountered"): it stays after the hold has dropped the record, and after a
+        new NVML session."""
         with self._lock:
-            return {index: records[-1].xid for index, records in self._records.items()
-                    if records and index is not None}
+            return dict(self._last)
 
     def clear(self):
+        """Drops the records (a new session); the last XID per card stays."""
         with self._lock:
             self._records.clear()
 

@@ -2,18 +2,38 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""GPU performance monitoring (GPM, Hopper and later): tensor activity between two reads (private)."""
+"""GPU performance monitoring (GPM, Hopper and later): engine activity between two reads (private)."""
 
 from __future__ import annotations
 
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import GPM_ANY_TENSOR_UTIL, pynvml
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
+    GPM_ANY_TENSOR_UTIL,
+    GPM_DRAM_BW_UTIL,
+    GPM_GRAPHICS_UTIL,
+    GPM_PCIE_RX_PER_SEC,
+    GPM_PCIE_TX_PER_SEC,
+    pynvml,
+)
+
+# Fact key and GPM metric: percentages of time (tensor pipe, graphics engine, DRAM interface
+# busy) and PCIe traffic in MiB per second, each the average between two samples.
+METRICS = (
+    ("tensorUtilization", GPM_ANY_TENSOR_UTIL),
+    ("graphicsActivity", GPM_GRAPHICS_UTIL),
+    ("dramActivity", GPM_DRAM_BW_UTIL),
+    ("pcieTxMiBPerSecond", GPM_PCIE_TX_PER_SEC),
+    ("pcieRxMiBPerSecond", GPM_PCIE_RX_PER_SEC),
+)
+KEYS = tuple(key for key, _metric in METRICS)
 
 
-class TensorActivity:
-    """``tensorUtilization`` per card: percent of time the SMs did tensor work since the last read.
+class GpmActivity:
+    """The GPM metrics per card, averaged since the card's previous sample.
 
-    GPM compares two samples, so the first read of a session gives nothing; a card without
-    GPM is asked once per session. Not thread-safe: the reading thread alone calls it.
+    GPM compares two samples, so a card's first read gives nothing; a card without GPM is asked
+    once per session. Each read costs a sample (0.18 ms on an H100) and a metrics request, so a
+    session reads it on the counters' cadence, not every tick. Not thread-safe: the reading
+    thread alone calls it.
     """
 
     def __init__(self):
@@ -40,12 +60,14 @@ class TensorActivity:
         try:
             request = pynvml.c_nvmlGpmMetricsGet_t()
             request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = 1
+            request.numMetrics = len(METRICS)
             request.sample1, request.sample2 = previous, sample
-            request.metrics[0].metricId = GPM_ANY_TENSOR_UTIL
+            for position, (_key, metric) in enumerate(METRICS):
+                request.metrics[position].metricId = metric
             pynvml.nvmlGpmMetricsGet(request)
-            if request.metrics[0].nvmlReturn == 0:
-                card["tensorUtilization"] = round(request.metrics[0].value, 2)
+            for position, (key, _metric) in enumerate(METRICS):
+                if request.metrics[position].nvmlReturn == 0:
+                    card[key] = round(request.metrics[position].value, 2)
         except pynvml.NVMLError:
             pass
         finally:

@@ -2,7 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""NVML kept initialised across reads, for a long-running reader such as the Scv agent (private)."""
+"""NVML kept initialised across reads, for a long-running reader such as the Scv agent (private).
+
+XIDs that NVML reports while a session lasts are kept in its ``xids`` (an ``events.XidLog``); what
+they mean for a card's health is the caller's policy.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,23 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.card import Static, read_card
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import init_failure_reason, system_facts, unavailable
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.events import XidEvents, XidLog
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.gpm import TensorActivity
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.counters import DEFAULT_INTERVAL_S, SlowReadings
+
+
+# A driver reloaded or upgraded, or a GPU added or removed, shows first in NVML's answers (errors, a
+# lost GPU); the GPU count and driver version are asked again only this often (0.06 ms on an H100).
+SYSTEM_CHECK_S = 30.0
+
+
+def system_change(known_driver, count, call):
+    """Why the session no longer matches the system (driver version, GPU count), or None."""
+    driver = call(pynvml.nvmlSystemGetDriverVersion)
+    if known_driver is not None and driver is not None and as_text(driver) != known_driver:
+        return "the driver changed from %s to %s" % (known_driver, as_text(driver))
+    now = call(pynvml.nvmlDeviceGetCount)
+    if now != count:
+        return "the GPU count changed from %d to %s" % (count, now)
+    return None
 
 
 class Session:
@@ -34,16 +54,15 @@ class Session:
     A read then asks each card only what changes: memory, persistence mode, the health counters, telemetry.
 
     NVML is initialised again, and everything read afresh, only when something calls for it: the driver
-    version NVML reports changed (the driver was reloaded or upgraded), the GPU count changed, a call
-    answered UNINITIALIZED, DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH (the read is then retried once at
-    once), or a card answered GPU_IS_LOST or RESET_REQUIRED (at the next read, then backing off to
-    ``max_lost_backoff_s`` while a card stays lost, since a lost card recovers only after a reset).
-
-    XIDs that NVML reports while the session lasts are kept in :attr:`xids` (an
-    ``events.XidLog``); what they mean for a card's health is the caller's policy.
+    version or GPU count changed (asked every ``SYSTEM_CHECK_S``), a call answered UNINITIALIZED,
+    DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH (the read is then retried once at once), or a card answered
+    GPU_IS_LOST or RESET_REQUIRED (at the next read, then backing off to ``max_lost_backoff_s`` while a
+    card stays lost, since a lost card recovers only after a reset). The ``counters`` subset and GPM are
+    read every ``counters_interval_s`` (``self.slow``), and their last values repeated between.
     """
 
-    def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None):
+    def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None,
+                 counters_interval_s=DEFAULT_INTERVAL_S):
         self.static_refresh_s = static_refresh_s
         self.max_lost_backoff_s = max_lost_backoff_s
         self.clock = clock or time.monotonic
@@ -51,16 +70,13 @@ class Session:
         self._nvml_lock = threading.RLock()   # session start and stop against the event waiter
         self._wanted = threading.Event()      # the reader waits for the lock: the waiter lets it have it
         self._events = XidEvents()
-        self._gpm = TensorActivity()
-        self.inits = 0                 # successful nvmlInit calls
-        self.static_reads = 0          # times the static readings were (re)started
+        self.slow = SlowReadings(self.clock, counters_interval_s)
+        self.inits, self.static_reads = 0, 0    # successful nvmlInit calls; static readings (re)started
         self.last_reinit_reason = None
-        self._open = False
-        self._system = None
-        self._handles = []
-        self._uuids = []
-        self._static = {}
-        self._static_at = 0.0
+        self._open, self._system = False, None
+        self._handles, self._uuids = [], []
+        self._static, self._static_at = {}, 0.0
+        self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
         self._reinit_at = None
         self._lost_backoff = 0.0
 
@@ -75,6 +91,7 @@ class Session:
             self._static.clear()
             self._static_at = now
             self.static_reads += 1
+            self._check_system = True
         for attempt in (1, 2):
             if not self._open:
                 failure = self._start()
@@ -91,6 +108,7 @@ class Session:
     def refresh_static(self):
         """Reads every card's static readings again at the next read (MIG mode changed, say)."""
         self._static_at = -self.static_refresh_s - 1.0
+        self._check_system = True
 
     def close(self):
         """Shuts NVML down (the next read initialises it again); the XIDs of the session are forgotten."""
@@ -98,7 +116,7 @@ class Session:
         try:
             with self._nvml_lock:
                 self._events.free()
-                self._gpm.free()
+                self.slow.free()
                 if self._open:
                     self._open = False
                     try:
@@ -155,7 +173,7 @@ class Session:
         self._open = True
         self.inits += 1
         self.static_reads += 1
-        self._static_at = self.clock()
+        self._static_at = self._checked_at = self.clock()
         self._reinit_at = None
         self._system = system_facts()
         try:
@@ -180,19 +198,19 @@ class Session:
 
     def _read(self, subsets):
         facts = dict(self._system)
-        count = self._system_call(pynvml.nvmlDeviceGetCount)
-        known = facts.get("driver_version")
-        driver = self._system_call(pynvml.nvmlSystemGetDriverVersion)
-        if known is not None and driver is not None and as_text(driver) != known:
-            raise SessionLost(0, "the driver changed from %s to %s" % (known, as_text(driver)))
-        if count != len(self._handles):
-            raise SessionLost(0, "the GPU count changed from %d to %s" % (len(self._handles), count))
+        if self._check_system or self.clock() - self._checked_at >= SYSTEM_CHECK_S:
+            self._check_system, self._checked_at = False, self.clock()
+            changed = system_change(facts.get("driver_version"), len(self._handles), self._system_call)
+            if changed:
+                raise SessionLost(0, changed)
+        slow = "counters" in subsets and self.slow.due()
+        now_subsets = subsets if slow else [subset for subset in subsets if subset != "counters"]
         cards, lost = [], []
-        for index in range(count):
+        for index in range(len(self._handles)):
             static = self._static_for(index, subsets)
-            card = read_card(index, subsets, self._handles[index], static, lost)
-            if "telemetry" in subsets and self._handles[index] is not None:
-                self._gpm.read(index, self._handles[index], card)
+            card = read_card(index, now_subsets, self._handles[index], static, lost)
+            if "counters" in subsets:
+                self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)
         self._note_lost(lost)
         facts["cardList"] = cards

@@ -77,12 +77,12 @@ def test_node_totals_count_cards_without_memory_but_not_their_memory():
 @pytest.mark.parametrize(
     "items, selected",
     [
-        (["all"], ["mig", "processes", "telemetry"]),
+        (["all"], ["counters", "mig", "processes", "telemetry"]),
         (["min"], []),
-        (["!processes"], ["mig", "telemetry"]),
+        (["!processes"], ["counters", "mig", "telemetry"]),
         (["!all"], []),
         (["min", "mig"], ["mig"]),
-        (["all", "!telemetry", "!mig"], ["processes"]),
+        (["all", "!telemetry", "!mig", "!counters"], ["processes"]),
         (["telemetry", "!telemetry"], []),
     ],
 )
@@ -91,4 +91,5 @@ def test_parse_gather_subset(items, selected):
 
 
 def test_parse_gather_subset_reports_unknown_names():
-    assert parse_gather_subset(["all", "ecc", "!nope"]) == (["mig", "processes", "telemetry"], ["ecc", "!nope"])
+    assert parse_gather_subset(["all", "ecc", "!nope"]) == (["counters", "mig", "processes", "telemetry"],
+                                                             ["ecc", "!nope"])

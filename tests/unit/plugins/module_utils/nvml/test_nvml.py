@@ -78,11 +78,12 @@ def test_gather_subset_costs_fewer_nvml_calls(nvml_simulator):
     nvml_simulator.reset_calls()
     collect([])
     minimum = nvml_simulator.calls()
-    # Per card: temperature, utilization, power draw, the SM and memory clocks, MIG
-    # mode and one process query, which takes a second call (count, then fill) on
-    # the 5 of the 8 cards that run processes (card i runs i % 3).
+    # Per card: temperature, utilization, power draw, the SM and memory clocks, the encoder and
+    # decoder utilization, the counters' field values and the virtualization mode, MIG mode and
+    # one process query, which takes a second call (count, then fill) on the 5 of the 8 cards that
+    # run processes (card i runs i % 3). The memory temperature rides on the recovery action's call.
     with_processes = sum(1 for i in range(8) if i % 3)
-    assert everything - minimum == 8 * 7 + with_processes
+    assert everything - minimum == 8 * 11 + with_processes
 
 
 def _write_scenario(path, devices):

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import SYSTEM_CHECK_S, Session
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 
 import scenario_expectations as expected
@@ -133,6 +133,8 @@ def test_a_changed_driver_version_starts_a_new_session(scenario_file, session):
     data["driverVersion"] = "550.54.15"
     data["devices"][0]["maxClocks"]["memory"] = 5000
     write(path, data)
+    assert session.read([])["driver_version"] == "535.183.01"   # asked again every 30 s, not every read
+    session.clock_control.now += SYSTEM_CHECK_S
     facts = session.read([])
     assert facts["driver_version"] == "550.54.15"
     assert facts["cardList"][0]["clock"] == 5000      # static readings read afresh
@@ -145,8 +147,11 @@ def test_a_changed_gpu_count_starts_a_new_session(scenario_file, session):
     assert session.read([])["cardNumber"] == 8
     del data["devices"][7]
     write(path, data)
+    session.read([])                  # GPU 7 answers no more (a removed GPU says it is lost)
+    session.clock_control.now += SYSTEM_CHECK_S
     assert session.read([])["cardNumber"] == 7
     assert session.inits == 2
+    assert session.last_reinit_reason == "the GPU count changed from 8 to 7"
 
 
 @pytest.mark.parametrize("error", ["UNINITIALIZED", "LIB_RM_VERSION_MISMATCH", "DRIVER_NOT_LOADED"])
@@ -216,8 +221,12 @@ def test_the_cost_model_matches_the_real_h100(nvml_simulator):
     nvml_simulator.use("h100_real")
     nvml_simulator.latency("real")
     nvml_simulator.reset_calls()
-    collect(ALL)
+    collect(["telemetry", "mig", "processes"])     # gather_subset all when the card was measured
     assert 26.0 < nvml_simulator.spent_ms() < 28.0, nvml_simulator.spent_ms()
+    # the counters subset reads the energy and PCIe replay fields: 4.49 ms in one call on the card
+    nvml_simulator.reset_calls()
+    collect(ALL)
+    assert 26.0 + 4.4 < nvml_simulator.spent_ms() < 28.0 + 4.6, nvml_simulator.spent_ms()
     nvml_simulator.latency("none")
     nvml_simulator.reset_calls()
     collect(ALL)
@@ -321,8 +330,9 @@ def test_an_xid_event_wakes_the_waiter_and_is_logged_for_its_card(scenario_file,
     session.clock_control.now += 600
     assert policy.apply(session.read([]), session.xids, session.clock())["cardList"][4]["health"] == "Healthy"
     assert session.xids.kept(4) == []                      # dropped for good once past the hold
+    assert session.xids.last() == {4: 31}                  # DCGM's XID_ERRORS: the last XID stays
     session.close()
-    assert session.xids.last() == {}                       # a new session starts with an empty log
+    assert session.xids.kept(4) == [] and session.xids.last() == {4: 31}   # a new session keeps it too
 
 
 def test_an_xid_from_a_card_that_no_longer_answers_is_still_placed(scenario_file, session):
@@ -341,9 +351,14 @@ def test_tensor_activity_comes_from_gpm_between_two_reads(scenario_file, session
     path, data = scenario_file("h100_sxm_x8")
     data["devices"][0]["gpm"] = {"anyTensorUtil": 37}
     write(path, data)
-    first = session.read(["telemetry"])["cardList"]
+    first = session.read(["telemetry", "counters"])["cardList"]
     assert "tensorUtilization" not in first[0]              # GPM compares two samples
-    cards = session.read(["telemetry"])["cardList"]
+    assert "tensorUtilization" not in session.read(["telemetry", "counters"])["cardList"][0]   # not due yet
+    session.clock_control.now += session.slow.interval_s
+    cards = session.read(["telemetry", "counters"])["cardList"]
     assert cards[0]["tensorUtilization"] == 37
     assert "tensorUtilization" not in cards[1]              # no GPM on that card
-    assert "tensorUtilization" not in session.read([])["cardList"][0]   # telemetry only
+    data["devices"][0]["gpm"] = {"anyTensorUtil": 80}
+    write(path, data)
+    assert session.read(["telemetry", "counters"])["cardList"][0]["tensorUtilization"] == 37   # kept between
+    assert "tensorUtilization" not in session.read(["telemetry"])["cardList"][0]   # the counters subset only

@@ -1,0 +1,54 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The costly readings of a long-lived NVML session, read on a cadence of their own (private).
+
+The ``counters`` subset (energy, PCIe replays, NVLink traffic, vGPU licence) and GPM cost far more
+than a tick's other readings: on an H100 the energy field alone takes 4.3 ms, a GPM sample 0.18 ms.
+Their consumers are Prometheus scrapes, every 15 to 30 s, and dcgm-exporter itself collects every
+30 s. So a session reads them every ``interval_s`` seconds and repeats the last values between.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.scv.gpu.plugins.module_utils.nvml import gpm
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import COUNTER_KEYS
+
+DEFAULT_INTERVAL_S = 30.0
+
+
+class SlowReadings:
+    """When the counters and GPM are due, and what they last gave per card."""
+
+    def __init__(self, clock, interval_s=DEFAULT_INTERVAL_S):
+        self.clock = clock
+        self.interval_s = interval_s
+        self.reads = 0
+        self._at = None
+        self._kept = {}
+        self._gpm = gpm.GpmActivity()
+
+    def due(self):
+        """Whether this read takes them (and starts a new interval if so)."""
+        now = self.clock()
+        if self._at is not None and now - self._at < self.interval_s:
+            return False
+        self._at = now
+        self.reads += 1
+        return True
+
+    def fill(self, index, handle, card, due):
+        """After ``card`` was read: GPM read and both kept when due, else the last values put in."""
+        if due:
+            if handle is not None:
+                self._gpm.read(index, handle, card)
+            self._kept[index] = {key: card[key] for key in COUNTER_KEYS + gpm.KEYS if key in card}
+        else:
+            card.update(self._kept.get(index, {}))
+
+    def free(self):
+        """Forgets everything (before NVML shuts down): the next read takes them again."""
+        self._gpm.free()
+        self._kept = {}
+        self._at = None
