@@ -113,16 +113,32 @@ def site_runs(plane, work):
     return times
 
 
-def run_agent(plane, work, wheels, model, window, watch_timeout):
+def every_counter(scenario):
+    """The 8 H100s with every counter dcgm-exporter serves by default answering, at the values the real
+    H100 gave (memory temperature, energy, PCIe replays, encoder, decoder), NVLink traffic as on SXM
+    cards, a vGPU guest's licence, and GPM's metrics: every series is read, at its real cost."""
+    data = json.loads(scenario.read_text())
+    for device in data["devices"]:
+        device.update(fields={"82": 43, "83": 2742790, "94": 0, "66": 0}, encoderUtilization=0, decoderUtilization=0,
+                      virtualizationMode=2, vgpuLicensed=1,
+                      gpm={"anyTensorUtil": 0, "graphicsUtil": 0, "dramBwUtil": 0, "pcieTxMiBPerSecond": 1,
+                           "pcieRxMiBPerSecond": 1})
+    scenario.write_text(json.dumps(data))
+
+
+def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False, counters_interval=None):
     """One agent run on one cost model; returns its figures."""
     scenario = work / ("scenario-%s.json" % model)
     shutil.copy(scenario_path("h100_sxm_x8"), scenario)
+    if counters:
+        every_counter(scenario)
     node = "bench-node-%s" % model
     port = free_port()
     env = dict(os.environ, LD_LIBRARY_PATH=str(SIMULATOR_DIR), NVMLSIM_CONFIG=str(scenario), NVMLSIM_LATENCY=model)
     command = install_agent(work / ("agent-%s" % model), pathlib.Path(wheels)) + [
         "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node, "--log-level", "WARNING",
-        "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % port]
+        "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % port] + (
+            ["--counters-interval", str(counters_interval)] if counters_interval else [])
     agent = subprocess.Popen(command, env=env)
     try:
         deadline = time.monotonic() + 30
@@ -182,6 +198,9 @@ def main():
     parser.add_argument("--models", default="real,none", help="simulator cost models to run, in order")
     parser.add_argument("--no-site", action="store_true", help="skip the site.yml runs")
     parser.add_argument("--wheels", required=True, help="folder with the agent's wheels (make agent-wheels)")
+    parser.add_argument("--every-counter", action="store_true",
+                        help="make every default counter of dcgm-exporter answer (energy, GPM, ...), at its cost")
+    parser.add_argument("--counters-interval", type=float, help="the agent's --counters-interval")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="scv-agent-bench-"))
     plane = ControlPlane(work / "plane").start()
@@ -191,7 +210,8 @@ def main():
         plane.kubectl("create", "clusterrolebinding", "bench-nodes-scv", "--clusterrole=cluster-admin",
                       "--group=system:nodes")
         for model in args.models.split(","):
-            results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout)
+            results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout,
+                                       args.every_counter, args.counters_interval)
         site = None if args.no_site else site_runs(plane, work)
     finally:
         plane.stop()

@@ -44,8 +44,14 @@ class SlowReadings:
             if handle is not None:
                 self._gpm.read(index, handle, card)
             self._kept[index] = {key: card[key] for key in COUNTER_KEYS + gpm.KEYS if key in card}
+            if "eccErrors" in card:
+                self._kept[index]["eccErrors"] = dict(card["eccErrors"])
         else:
-            card.update(self._kept.get(index, {}))
+            kept = dict(self._kept.get(index, {}))
+            if "eccErrors" in card and "eccErrors" in kept:
+                # the health check read the uncorrected volatile count just now; the rest are the counters'
+                kept["eccErrors"] = dict(kept["eccErrors"], **card["eccErrors"])
+            card.update(kept)
 
     def free(self):
         """Forgets everything (before NVML shuts down): the next read takes them again."""

@@ -362,3 +362,19 @@ def test_tensor_activity_comes_from_gpm_between_two_reads(scenario_file, session
     write(path, data)
     assert session.read(["telemetry", "counters"])["cardList"][0]["tensorUtilization"] == 37   # kept between
     assert "tensorUtilization" not in session.read(["telemetry"])["cardList"][0]   # the counters subset only
+
+
+def test_a_tick_asks_only_what_health_and_telemetry_need(nvml_simulator, session):
+    """Between the counters' reads a tick asks one ECC count per card (health's) and no persistence
+    mode, yet the card still shows all four counts as last read."""
+    nvml_simulator.use("h100_sxm_x8")
+    first = session.read(["telemetry", "counters"])["cardList"][0]["eccErrors"]
+    nvml_simulator.reset_calls()
+    card = session.read(["telemetry", "counters"])["cardList"][0]
+    assert nvml_simulator.calls_of("nvmlDeviceGetTotalEccErrors") == 8
+    assert nvml_simulator.calls_of("nvmlDeviceGetPersistenceMode") == 0
+    assert nvml_simulator.calls_of("nvmlDeviceGetCount_v2") == 0
+    assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 0
+    assert card["eccErrors"] == first and set(first) == {"uncorrectedVolatile", "uncorrectedAggregate",
+                                                          "correctedVolatile", "correctedAggregate"}
+    assert card["persistenceMode"] is True
