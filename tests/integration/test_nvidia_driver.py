@@ -167,8 +167,8 @@ def test_info_names_the_gpu_that_nvml_does_not_see(ansible, sysfs):
     assert ok, ansible.last_output
     assert [gpu["busId"] for gpu in result["pci_gpus"]] == ["0000:01:00.0", "0000:02:00.0"]
     assert result["nvml"]["gpu_count"] == 1
-    assert result["nvml_missing"] == [{"busId": "0000:02:00.0", "deviceId": "0x1b02", "model": "TITAN Xp",
-                                       "driver": None}]
+    assert result["nvml_missing"] == [{"busId": "0000:02:00.0", "deviceId": "0x1b02", "class": "0x030000",
+                                       "model": "TITAN Xp", "driver": None, "vgpu": False}]
 
 
 def test_info_without_the_library_or_driver(ansible, sysfs):

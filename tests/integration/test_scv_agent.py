@@ -206,7 +206,7 @@ def test_nvml_stays_initialised_and_starts_anew_after_a_driver_change(agent):
     # plus kubectl's own start-up
     assert took < 1.0 + 1.0 + 0.5, took
     assert agent.metrics()["scv_agent_nvml_inits_total"] == 2
-    assert "NVML initialised anew: the driver changed from 535.183.01 to 550.54.15" in agent.log.read_text()
+    assert "NVML initialised anew: RM has detected an NVML/RM version mismatch" in agent.log.read_text()
 
 
 def test_a_transient_uninitialized_answer_is_retried_in_a_new_session_not_published(agent, api_requests):

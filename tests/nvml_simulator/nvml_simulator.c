@@ -740,6 +740,23 @@ static void sim_call(const char *function)
     if (sim_rc_ != NVML_SUCCESS)                                              \
         SIM_RETURN(sim_rc_)
 
+/* The driver version the session was initialised with: a library loaded before a driver upgrade
+ * talks to the new kernel module, and the driver answers LIB_RM_VERSION_MISMATCH. */
+static char sim_session_driver[96];
+
+static void sim_remember_driver(void)
+{
+    const jval *version = j_get(sim_root, "driverVersion");
+    snprintf(sim_session_driver, sizeof(sim_session_driver), "%s",
+             version && version->type == J_STR ? version->str : "");
+}
+
+static int sim_driver_replaced(void)
+{
+    const jval *version = j_get(sim_root, "driverVersion");
+    return version && version->type == J_STR && strcmp(version->str, sim_session_driver) != 0;
+}
+
 /* A device call that first reads the scenario again if its file changed: a card's memory query,
  * which every reader asks each time, so that a changed file reaches a long-lived reader. */
 #define SIM_FRESH_DEVICE_CALL(handle, dev)                                    \
@@ -750,6 +767,8 @@ static void sim_call(const char *function)
     if (!sim_init_refcount)                                                   \
         SIM_RETURN(NVML_ERROR_UNINITIALIZED);                                 \
     sim_refresh();                                                            \
+    if (sim_driver_replaced())                                                \
+        SIM_RETURN(NVML_ERROR_LIB_RM_VERSION_MISMATCH);                       \
     if (!sim_resolve((handle), &dev))                                         \
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                              \
     sim_rc_ = sim_injected(dev.gpu, __func__);                                \
@@ -800,6 +819,8 @@ SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
                 rc = sim_error_code(init_error->str);
         }
         memset(sim_attached, 0, sizeof(sim_attached));
+        if (rc == NVML_SUCCESS)
+            sim_remember_driver();
     }
     sim_call(__func__);
     if (rc == NVML_SUCCESS)
