@@ -374,6 +374,6 @@ def test_a_tick_asks_only_what_health_and_telemetry_need(nvml_simulator, session
     assert nvml_simulator.calls_of("nvmlDeviceGetPersistenceMode") == 0
     assert nvml_simulator.calls_of("nvmlDeviceGetCount_v2") == 0
     assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 0
-    assert card["eccErrors"] == first and set(first) == {"uncorrectedVolatile", "uncorrectedAggregate",
-                                                          "correctedVolatile", "correctedAggregate"}
+    every_count = {"uncorrectedVolatile", "uncorrectedAggregate", "correctedVolatile", "correctedAggregate"}
+    assert card["eccErrors"] == first and set(first) == every_count
     assert card["persistenceMode"] is True

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""mig-capabilities SCENARIO.json ROOT: the files a driver makes under /proc/driver for each MIG
+"""python3 mig_capabilities.py SCENARIO.json ROOT: the files a driver makes under /proc/driver for each MIG
 GPU and compute instance of a simulator scenario, which NVIDIA's device plugin reads to give a
 container its MIG device: ROOT/nvidia-caps/mig-minors (the device minor of each capability) and
 ROOT/nvidia/capabilities/gpu<N>/mig/gi<G>[/ci<C>]/access."""
