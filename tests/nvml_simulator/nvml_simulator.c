@@ -725,21 +725,6 @@ static void sim_call(const char *function)
  * resolves the handle and applies injected errors. On success `dev` is set and
  * the caller holds sim_lock (released by SIM_RETURN).
  */
-#define SIM_DEVICE_CALL(handle, dev)                                          \
-    sim_device dev;                                                           \
-    nvmlReturn_t sim_rc_;                                                     \
-    pthread_mutex_lock(&sim_lock);                                            \
-    sim_call(__func__);                                                       \
-    if (!sim_init_refcount)                                                   \
-        SIM_RETURN(NVML_ERROR_UNINITIALIZED);                                 \
-    if (!sim_resolve((handle), &dev))                                         \
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                              \
-    sim_rc_ = sim_injected(dev.gpu, __func__);                                \
-    if (sim_rc_ == NVML_SUCCESS && dev.mig)                                   \
-        sim_rc_ = sim_injected(dev.mig, __func__);                            \
-    if (sim_rc_ != NVML_SUCCESS)                                              \
-        SIM_RETURN(sim_rc_)
-
 /* The driver version the session was initialised with: a library loaded before a driver upgrade
  * talks to the new kernel module, and the driver answers LIB_RM_VERSION_MISMATCH. */
 static char sim_session_driver[96];
@@ -757,17 +742,15 @@ static int sim_driver_replaced(void)
     return version && version->type == J_STR && strcmp(version->str, sim_session_driver) != 0;
 }
 
-/* A device call that first reads the scenario again if its file changed: a card's memory query,
- * which every reader asks each time, so that a changed file reaches a long-lived reader. */
-#define SIM_FRESH_DEVICE_CALL(handle, dev)                                    \
+/* `fresh`: first read the scenario again if its file changed (see SIM_FRESH_DEVICE_CALL). */
+#define SIM_DEVICE_CALL_(handle, dev, fresh)                                  \
     sim_device dev;                                                           \
     nvmlReturn_t sim_rc_;                                                     \
     pthread_mutex_lock(&sim_lock);                                            \
     sim_call(__func__);                                                       \
     if (!sim_init_refcount)                                                   \
         SIM_RETURN(NVML_ERROR_UNINITIALIZED);                                 \
-    sim_refresh();                                                            \
-    if (sim_driver_replaced())                                                \
+    if ((fresh) && (sim_refresh(), sim_driver_replaced()))                    \
         SIM_RETURN(NVML_ERROR_LIB_RM_VERSION_MISMATCH);                       \
     if (!sim_resolve((handle), &dev))                                         \
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                              \
@@ -776,6 +759,12 @@ static int sim_driver_replaced(void)
         sim_rc_ = sim_injected(dev.mig, __func__);                            \
     if (sim_rc_ != NVML_SUCCESS)                                              \
         SIM_RETURN(sim_rc_)
+
+#define SIM_DEVICE_CALL(handle, dev) SIM_DEVICE_CALL_(handle, dev, 0)
+
+/* A device call that first reads the scenario again if its file changed: a card's memory query,
+ * which every reader asks each time, so that a changed file reaches a long-lived reader. */
+#define SIM_FRESH_DEVICE_CALL(handle, dev) SIM_DEVICE_CALL_(handle, dev, 1)
 
 #define SIM_SYSTEM_CALL()                                                     \
     nvmlReturn_t sim_rc_;                                                     \
@@ -1784,6 +1773,14 @@ static unsigned int j_remove_where(jval *list, int gi_id, int ci_id)
     return removed;
 }
 
+/* A list call's answer: how many there are, and whether the caller's array held them all. */
+static nvmlReturn_t sim_listed(unsigned int found, unsigned int *count)
+{
+    nvmlReturn_t rc = found > *count ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    *count = found;
+    return rc;
+}
+
 /* ---- handles of GPU and compute instances */
 
 typedef struct {
@@ -2122,12 +2119,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned 
             gpuInstances[n] = &sim_gi_handles[dev.index][id];
         n++;
     }
-    if (n > *count) {
-        *count = n;
-        SIM_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
-    }
-    *count = n;
-    SIM_RETURN(NVML_SUCCESS);
+    SIM_RETURN(sim_listed(n, count));
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
@@ -2408,12 +2400,7 @@ SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpu
             computeInstances[n] = &sim_ci_handles[gi.index][gi.gi_id][ci_id];
         n++;
     }
-    if (n > *count) {
-        *count = n;
-        SIM_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
-    }
-    *count = n;
-    SIM_RETURN(NVML_SUCCESS);
+    SIM_RETURN(sim_listed(n, count));
 }
 
 SIM_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
