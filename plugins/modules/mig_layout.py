@@ -162,6 +162,19 @@ def state_of(mode, table, instances):
             "mig-devices": counts(instance["profile"] for instance in instances) if table else {}}
 
 
+def plan_for(gpu, wanted, table):
+    """Where ``wanted`` ({profile: count}) goes on ``gpu`` whose driver offers ``table``; LayoutError
+    naming the GPU when a profile is unknown or they do not fit."""
+    try:
+        plan = place(wanted, table)
+    except LayoutError as error:
+        raise LayoutError("GPU %d (%s): %s" % (gpu.index, gpu.name, error))
+    if plan is None:
+        raise LayoutError("GPU %d (%s): %s do not fit on one GPU" % (
+            gpu.index, gpu.name, ", ".join("%d x %s" % (n, p) for p, n in wanted.items())))
+    return plan
+
+
 def survey(gpu, entry):
     """What this GPU is and what it should become, checked: raises LayoutError where it cannot."""
     mode = gpu.mode()
@@ -169,15 +182,7 @@ def survey(gpu, entry):
         raise LayoutError("GPU %d (%s) cannot do MIG" % (gpu.index, gpu.name))
     table = gpu.profiles() if mode and mode[0] else {}
     instances = gpu.instances(table) if table else []
-    plan = None
-    if table and entry["mig-enabled"]:
-        try:
-            plan = place(entry["mig-devices"], table)
-        except LayoutError as error:
-            raise LayoutError("GPU %d (%s): %s" % (gpu.index, gpu.name, error))
-        if plan is None:
-            raise LayoutError("GPU %d (%s): %s do not fit on one GPU" % (
-                gpu.index, gpu.name, ", ".join("%d x %s" % (n, p) for p, n in entry["mig-devices"].items())))
+    plan = plan_for(gpu, entry["mig-devices"], table) if table and entry["mig-enabled"] else None
     before = state_of(mode, table, instances)
     after = {"mig-enabled": entry["mig-enabled"], "mig-devices": dict(sorted(entry["mig-devices"].items()))}
     return {"gpu": gpu, "mode": mode, "table": table, "instances": instances, "plan": plan,
@@ -194,11 +199,9 @@ def apply(work):
         if gpu.set_mode(entry_after["mig-enabled"]) != SUCCESS or gpu.mode()[0] != entry_after["mig-enabled"]:
             return True
     if entry_after["mig-enabled"] and entry_after["mig-devices"]:
+        # planned in survey() when MIG mode was on; the driver lists its profiles only once it is
         table = work["table"] or gpu.profiles()
-        plan = place(entry_after["mig-devices"], table)
-        if plan is None:
-            raise LayoutError("GPU %d (%s): %s do not fit on one GPU" % (gpu.index, gpu.name, entry_after["mig-devices"]))
-        gpu.create(table, plan)
+        gpu.create(table, work["plan"] or plan_for(gpu, entry_after["mig-devices"], table))
     return False
 
 

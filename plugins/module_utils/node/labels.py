@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import bus_key
+
 PREFIX = "nvidia.com/"
 GFD_KEYS = tuple(PREFIX + name for name in (
     "gpu.present",
@@ -216,8 +218,8 @@ def _mixed_labels(cards):
 def _pci_of(pci_gpus):
     from_bus = {}
     for gpu in pci_gpus if isinstance(pci_gpus, list) else []:
-        if isinstance(gpu, dict) and isinstance(gpu.get("busId"), str):
-            from_bus[_bus_key(gpu["busId"])] = gpu
+        if isinstance(gpu, dict) and bus_key(gpu.get("busId")) is not None:
+            from_bus[bus_key(gpu["busId"])] = gpu
     return from_bus
 
 
@@ -227,7 +229,7 @@ def _gpu_mode(cards, pci_gpus):
     pci = _pci_of(pci_gpus)
     modes = set()
     for card in cards:
-        gpu = pci.get(_bus_key(card.get("pciBusId") or ""))
+        gpu = pci.get(bus_key(card.get("pciBusId")))
         if gpu is None:
             return "unknown"
         modes.add(_PCI_MODES.get(gpu.get("class"), "unknown"))
@@ -236,15 +238,6 @@ def _gpu_mode(cards, pci_gpus):
 
 def _vgpu_present(pci_gpus):
     return "true" if any(gpu.get("vgpu") for gpu in _pci_of(pci_gpus).values()) else "false"
-
-
-def _bus_key(bus_id):
-    """'00000000:18:00.0' and '0000:18:00.0' alike, as (domain, bus, device.function)."""
-    parts = bus_id.lower().split(":")
-    try:
-        return (int(parts[0], 16), int(parts[1], 16), parts[2]) if len(parts) == 3 else bus_id
-    except ValueError:
-        return bus_id
 
 
 def pci_labels(pci_gpus, gpu_label_key):
