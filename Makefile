@@ -216,14 +216,16 @@ agent-wheels: $(VENV_STAMP)
 
 # ----------------------------------------------------------------- benchmark
 
-.PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent
-benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent
+.PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources
+benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources
 benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
 benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
 	$(VENV)/bin/python benchmarks/scv_publish.py
 benchmark-agent: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	$(VENV)/bin/python benchmarks/scv_agent.py --wheels $(AGENT_WHEELS)
+benchmark-pod-resources: $(VENV_STAMP) $(COLLECTION_LINK)
+	$(VENV)/bin/python benchmarks/pod_resources.py
 
 .PHONY: clean distclean
 clean:

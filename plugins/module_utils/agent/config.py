@@ -53,6 +53,17 @@ def _positive(kind, minimum, inclusive=True):
     return convert
 
 
+def _bounded(kind, minimum, maximum):
+    def convert(text):
+        if isinstance(text, bool):
+            raise ValueError("expected a number")
+        value = kind(text)
+        if not minimum <= value <= maximum:
+            raise ValueError("expected a number from %s to %s" % (minimum, maximum))
+        return value
+    return convert
+
+
 def _counters_file(text):
     """A counters file in dcgm-exporter's CSV format ('' for none), read to check it."""
     path = str(text)
@@ -130,6 +141,11 @@ OPTIONS = (
      "scv.gpu/gpu-unhealthy:NoSchedule on its Node while GPUHealthy is False (off when empty)"),
     ("metrics-address", _address, "", False,
      "host:port for Prometheus metrics (/metrics) and the health check (/healthz); off when empty"),
+    ("pod-resources-socket", str, "", False,
+     "the kubelet's pod-resources socket (usually /var/lib/kubelet/pod-resources/kubelet.sock): with it, GPU series "
+     "carry the pod, namespace and container that hold the GPU, as dcgm-exporter's do (off when empty)"),
+    ("pod-resources-interval", _bounded(float, 1, 3600), 10.0, True,
+     "seconds between questions to the kubelet's pod-resources API (each bounded to 2 s)"),
     ("log-level", _log_level, "INFO", True, "DEBUG, INFO, WARNING or ERROR"),
 )
 NAMES = tuple(option[0] for option in OPTIONS)

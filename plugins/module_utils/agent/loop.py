@@ -23,6 +23,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.health import NodeCo
 from ansible_collections.scv.gpu.plugins.module_utils.agent.watch import MAX_BACKOFF_S, ScvState, ScvWatch
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import mig_parent
 from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, write_status
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status, needs_update, now_rfc3339
@@ -63,12 +64,13 @@ class Agent:
     """
 
     def __init__(self, client, node, session, default_interval_ms=DEFAULT_UPDATE_INTERVAL_MS, watch_timeout=300,
-                 metrics=False, xid_policy=None, node_condition=True, taint_client=None, notify=None):
+                 metrics=False, xid_policy=None, node_condition=True, taint_client=None, notify=None, pods=None):
         self.client = client
         self.node = node
         self.session = session
         self.default_interval_ms = default_interval_ms
         self.metrics = metrics
+        self.pods = pods               # an agent.pods.PodAttribution, or None: no pod labels
         self.dcgm_series = None        # the DCGM series a counters file chose (None: every one served)
         self.xid_policy = xid_policy or XidPolicy()
         self.counters = Counters()
@@ -104,6 +106,8 @@ class Agent:
         LOG.info("publishing Scv %s to %s", self.node, self.client.server)
         self._xid_waiter = XidWaiter(self.session, self.counters, self.wake, self.stopping)
         self._xid_waiter.start()
+        if self.pods is not None:
+            self.pods.start()
         ready = False
         while not self.stopping.is_set():
             self.wake.clear()
@@ -188,6 +192,8 @@ class Agent:
         if self.session.inits > inits > 0:
             LOG.warning("NVML initialised anew: %s", self.session.last_reinit_reason)
         self.xid_policy.apply(facts, self.session.xids, self.session.clock())
+        if self.pods is not None:
+            self.pods.resolve(mig_parent)
         with self._facts_lock:
             self._facts = facts
         return facts
@@ -234,8 +240,10 @@ class Agent:
             scv_agent_nvml_static_reads=self.session.static_reads,
             scv_agent_nvml_seconds=self.nvml_seconds,
         )
+        pods = None if self.pods is None else self.pods.by_card((facts or {}).get("cardList") or [])
+        values.update({} if self.pods is None else self.pods.counters())
         return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values,
-                "served": self.dcgm_series}
+                "served": self.dcgm_series, "pods": pods}
 
     def health(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""

@@ -16,6 +16,7 @@ import signal
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config as configuration
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
 from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
@@ -36,11 +37,15 @@ def build(config, notify):
         taint_client = RestClient.from_file(config["taint-kubeconfig"], timeout=config["request-timeout"],
                                             resource=NODE)
     session = Session(static_refresh_s=config["static-refresh"], counters_interval_s=config["counters-interval"])
-    return Agent(client, config["node-name"], session,
-                 default_interval_ms=config["default-interval"], watch_timeout=config["watch-timeout"],
-                 metrics=bool(config["metrics-address"]),
-                 xid_policy=XidPolicy(config["xid-actions"], config["xid-hold"]),
-                 node_condition=config["node-condition"], taint_client=taint_client, notify=notify)
+    session.slow.on_demand = bool(config["metrics-address"])   # the costly counters at most once per scrape
+    agent = Agent(client, config["node-name"], session,
+                  default_interval_ms=config["default-interval"], watch_timeout=config["watch-timeout"],
+                  metrics=bool(config["metrics-address"]),
+                  xid_policy=XidPolicy(config["xid-actions"], config["xid-hold"]),
+                  node_condition=config["node-condition"], taint_client=taint_client, notify=notify)
+    if config["pod-resources-socket"]:
+        agent.pods = PodAttribution(config["pod-resources-socket"], config["pod-resources-interval"], agent.stopping)
+    return agent
 
 
 def apply(agent, config):
@@ -58,6 +63,8 @@ def apply(agent, config):
                         ", ".join(unknown))
     agent.xid_policy.actions = dict(config["xid-actions"])
     agent.xid_policy.hold_s = config["xid-hold"]
+    if agent.pods is not None:
+        agent.pods.interval_s = config["pod-resources-interval"]
 
 
 class Reloader:

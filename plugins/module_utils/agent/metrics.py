@@ -130,7 +130,13 @@ _OTHER_COUNTERS = {
     "scv_agent_nvml_inits": "Times NVML was initialised (once, then after errors that call for it).",
     "scv_agent_nvml_static_reads": "Times every card's static readings were read.",
     "scv_agent_nvml_seconds": "Seconds spent reading NVML.",
+    "scv_agent_pod_resources_reads": "Times the kubelet's pod-resources API was asked which pods hold GPUs.",
+    "scv_agent_pod_resources_failures": "Times the kubelet's pod-resources API could not be read.",
 }
+
+# With pod attribution on, as dcgm-exporter labels a GPU's series with what holds it.
+POD_LABELS = ("pod", "namespace", "container")
+NOBODY = [("", "", "")]   # Prometheus reads an empty label as no label: a GPU no pod holds
 
 
 class SnapshotCollector:
@@ -148,21 +154,26 @@ class SnapshotCollector:
         served = snapshot.get("served") or SERVED
         driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
         labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
-        for metric, path, text in DCGM_CARD_GAUGES:
+        pods = snapshot.get("pods")
+        if pods is not None:
+            labels += POD_LABELS
+        # Each card's label values: one set, or one per container holding it.
+        series = {}
+        for card in cards:
+            base = dcgm_labels(card, node, driver)
+            series[card.get("id")] = [base] if pods is None else [
+                base + list(holder) for holder in pods.get(card.get("id"), NOBODY)]
+        last = snapshot["last_xids"]
+        for metric, path, text in DCGM_CARD_GAUGES + ((XID_ERRORS, None, "Value of the last XID error encountered."),):
             if metric not in served:
                 continue
             family = GaugeMetricFamily(metric, text, labels=labels)
             for card in cards:
-                value = _field(card, path)
+                value = last.get(card.get("id"), 0) if path is None else _field(card, path)
                 if value is not None:
-                    family.add_metric(dcgm_labels(card, node, driver), value)
+                    for values in series[card.get("id")]:
+                        family.add_metric(values, value)
             yield family
-        if XID_ERRORS in served:
-            xids = GaugeMetricFamily(XID_ERRORS, "Value of the last XID error encountered.", labels=labels)
-            last = snapshot["last_xids"]
-            for card in cards:
-                xids.add_metric(dcgm_labels(card, node, driver), last.get(card.get("id"), 0))
-            yield xids
 
         for metric, field, text in SCV_CARD_GAUGES:
             family = GaugeMetricFamily(metric, text, labels=("node", "gpu", "uuid"))

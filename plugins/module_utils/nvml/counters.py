@@ -8,6 +8,11 @@ The ``counters`` subset (energy, PCIe replays, NVLink traffic, vGPU licence) and
 than a tick's other readings: on an H100 the energy field alone takes 4.3 ms, a GPM sample 0.18 ms.
 Their consumers are Prometheus scrapes, every 15 to 30 s, and dcgm-exporter itself collects every
 30 s. So a session reads them every ``interval_s`` seconds and repeats the last values between.
+
+With ``on_demand`` (the agent serving metrics), they are read at most once per scrape as well: after
+the first read, only when someone asked for them (``ask()``, at each scrape) since the last. A
+Prometheus that scrapes every 60 s costs half the reads of one scrape every 30 s, and nobody
+scraping costs none; a scrape sees what the tick after the previous scrape read.
 """
 
 from __future__ import annotations
@@ -21,22 +26,29 @@ DEFAULT_INTERVAL_S = 30.0
 class SlowReadings:
     """When the counters and GPM are due, and what they last gave per card."""
 
-    def __init__(self, clock, interval_s=DEFAULT_INTERVAL_S):
+    def __init__(self, clock, interval_s=DEFAULT_INTERVAL_S, on_demand=False):
         self.clock = clock
         self.interval_s = interval_s
+        self.on_demand = on_demand
         self.reads = 0
         self._at = None
+        self._asked = False
         self._kept = {}
         self._gpm = gpm.GpmActivity()
 
     def due(self):
         """Whether this read takes them (and starts a new interval if so)."""
         now = self.clock()
-        if self._at is not None and now - self._at < self.interval_s:
+        if self._at is not None and (now - self._at < self.interval_s or (self.on_demand and not self._asked)):
             return False
         self._at = now
+        self._asked = False
         self.reads += 1
         return True
+
+    def ask(self):
+        """Someone (a scrape) read the values: with ``on_demand``, the next due read may take them."""
+        self._asked = True
 
     def fill(self, index, handle, card, due):
         """After ``card`` was read: GPM read and both kept when due, else the last values put in."""

@@ -40,6 +40,16 @@ def _call(what, index, function, *args):
         raise MigError("GPU %d: %s failed: %s" % (index, what, error)) from error
 
 
+def mig_parent(uuid):
+    """The UUID of the GPU the MIG device ``uuid`` is part of; None when NVML (initialised) does not know it."""
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+        return as_text(text_call(pynvml.nvmlDeviceGetUUID, parent))
+    except pynvml.NVMLError:
+        return None
+
+
 def _optional(function, *args):
     """``function(*args)``, or None where the driver says it does not apply."""
     try:

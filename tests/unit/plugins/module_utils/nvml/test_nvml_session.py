@@ -377,3 +377,30 @@ def test_a_tick_asks_only_what_health_and_telemetry_need(nvml_simulator, session
     every_count = {"uncorrectedVolatile", "uncorrectedAggregate", "correctedVolatile", "correctedAggregate"}
     assert card["eccErrors"] == first and set(first) == every_count
     assert card["persistenceMode"] is True
+
+
+def test_on_demand_the_costly_counters_are_read_at_most_once_per_scrape(nvml_simulator, session):
+    """With the agent's metrics on, after the first read the energy and GPM wait for a scrape as well as the
+    interval: one scrape a minute at a 30 s interval reads them once a minute, and none reads them never."""
+    nvml_simulator.use("h100_sxm_x8")
+    session.slow.on_demand = True
+    session.read(["telemetry", "counters"])
+    assert session.slow.reads == 1                          # the first read takes them unasked
+    for _minute in range(3):                                # nobody scrapes
+        session.clock_control.now += 60
+        session.read(["telemetry", "counters"])
+    assert session.slow.reads == 1
+    nvml_simulator.reset_calls()
+    session.slow.ask()                                      # a scrape
+    session.read(["telemetry", "counters"])
+    assert session.slow.reads == 2 and nvml_simulator.calls_of("nvmlDeviceGetTotalEccErrors") == 32   # all four
+    session.slow.ask()                                      # a second scrape within the interval waits for it
+    session.read(["telemetry", "counters"])
+    assert session.slow.reads == 2
+    session.clock_control.now += session.slow.interval_s
+    session.read(["telemetry", "counters"])
+    assert session.slow.reads == 3
+    session.slow.on_demand = False                          # the plain cadence: every interval, asked or not
+    session.clock_control.now += session.slow.interval_s
+    session.read(["telemetry", "counters"])
+    assert session.slow.reads == 4

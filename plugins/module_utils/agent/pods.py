@@ -1,0 +1,109 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Which pods hold each GPU, for the ``pod``, ``namespace`` and ``container`` labels of its series (private).
+
+A thread of its own asks the kubelet's pod-resources API every ``interval_s`` seconds, each call
+bounded by ``timeout_s``, so a missing or slow kubelet never holds up a tick or a scrape. While the
+kubelet cannot be read, no series carries pod labels (stale ones would name a pod that has ended);
+the reason is logged when it first appears and when it clears.
+
+Device IDs are read as NVIDIA's device plugin hands them out: a GPU's UUID, its index (the
+plugin's ``index`` strategy), a MIG device's UUID (``MIG-...``, counted on the GPU it is part of),
+each possibly followed by ``::N``, the replica of a GPU shared by time-slicing. A GPU several
+containers share has one series per container, each with the GPU's whole value, as NVML cannot
+split a GPU's readings by process group.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import PodResourcesError, list_pod_resources
+
+LOG = logging.getLogger("scv-gpu-agent")
+# Resources of NVIDIA's device plugin: nvidia.com/gpu, its renamed shares and nvidia.com/mig-<profile>.
+RESOURCE_PREFIX = "nvidia.com/"
+MIG_PREFIX = "MIG-"
+
+
+def device_holders(held):
+    """{device id without its replica suffix: sorted [(pod, namespace, container)]} of NVIDIA's resources."""
+    holders = {}
+    for entry in held:
+        if not entry["resource"].startswith(RESOURCE_PREFIX):
+            continue
+        holder = (entry["pod"], entry["namespace"], entry["container"])
+        for device in entry["device_ids"]:
+            holders.setdefault(device.split("::", 1)[0], set()).add(holder)
+    return {device: sorted(found) for device, found in holders.items()}
+
+
+class PodAttribution(threading.Thread):
+    """Keeps ``holders`` (see ``device_holders``) current from the kubelet's pod-resources socket."""
+
+    def __init__(self, socket_path, interval_s, stopping, timeout_s=2.0, lister=list_pod_resources):
+        super().__init__(name="pod-resources", daemon=True)
+        self.socket_path, self.interval_s, self.timeout_s = socket_path, interval_s, timeout_s
+        self.stopping = stopping
+        self.lister = lister
+        self.holders = {}
+        self.refreshes, self.failures = 0, 0
+        self.problem = None
+        self._mig_parents = {}    # MIG device UUID: its GPU's UUID (None: NVML does not know it)
+        self._lock = threading.Lock()
+
+    def run(self):
+        while not self.stopping.is_set():
+            self.refresh()
+            self.stopping.wait(self.interval_s)
+
+    def refresh(self):
+        try:
+            holders = device_holders(self.lister(self.socket_path, self.timeout_s))
+        except PodResourcesError as error:
+            holders = {}
+            self.failures += 1
+            if str(error) != self.problem:
+                LOG.warning("pod labels left off GPU series: %s", error)
+            self.problem = str(error)
+        else:
+            if self.problem is not None:
+                LOG.info("pod labels back on GPU series: the kubelet's pod-resources API answers again")
+            self.problem = None
+        with self._lock:
+            self.holders = holders
+        self.refreshes += 1
+
+    def resolve(self, parent_of):
+        """Learns the GPU of each MIG device a pod holds with ``parent_of(mig uuid)`` (a GPU UUID, or None),
+        in the thread that reads NVML; forgets the devices no pod holds any more."""
+        with self._lock:
+            held = [device for device in self.holders if device.startswith(MIG_PREFIX)]
+            known = {device: self._mig_parents[device] for device in held if self._mig_parents.get(device)}
+        for device in held:
+            if device not in known:
+                known[device] = parent_of(device)
+        with self._lock:
+            self._mig_parents = known
+
+    def counters(self):
+        return {"scv_agent_pod_resources_reads": self.refreshes, "scv_agent_pod_resources_failures": self.failures}
+
+    def by_card(self, cards):
+        """{card id: [(pod, namespace, container)]} for the cards some container holds."""
+        with self._lock:
+            holders, parents = self.holders, dict(self._mig_parents)
+        found = {}
+        for device, holding in holders.items():
+            key = parents.get(device) if device.startswith(MIG_PREFIX) else device
+            if key is not None:
+                found.setdefault(key, set()).update(holding)
+        result = {}
+        for card in cards:
+            holding = found.get(card.get("uuid"), set()) | found.get(str(card.get("id")), set())
+            if holding:
+                result[card.get("id")] = sorted(holding)
+        return result

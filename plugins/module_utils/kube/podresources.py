@@ -1,0 +1,226 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The kubelet's pod-resources API: which pod and container holds which device (private to the collection).
+
+The kubelet serves ``v1.PodResourcesLister`` over gRPC on a unix socket
+(``/var/lib/kubelet/pod-resources/kubelet.sock``). One unary call, ``List``, is all the agent needs,
+so it is made with the pure-Python ``h2`` package (HTTP/2 and HPACK, about 1 MiB of memory) and a
+decoder of the few protobuf fields read here, instead of grpcio and protobuf (see docs/benchmarks.md
+for what each adds to the agent's memory). Field numbers follow the kubelet's published
+``pkg/apis/podresources/v1/api.proto``.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from urllib.parse import unquote
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+LIST_PATH = "/v1.PodResourcesLister/List"
+# The kubelet's own limit on a pod-resources answer is 16 MiB (a node of thousands of containers).
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
+
+DEADLINE_EXCEEDED = "4"
+
+
+class PodResourcesError(Exception):
+    """The kubelet's pod-resources API could not be read; the message says why and where."""
+
+
+# ------------------------------------------------------------------ protobuf
+
+
+def _varint(data, pos):
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise PodResourcesError("the kubelet's answer is not protobuf: a varint runs past its end")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(data):
+    """(field number, value) of one protobuf message; length-delimited values as bytes, others skipped."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _value, pos = _varint(data, pos)
+            continue
+        if wire == 2:
+            length, pos = _varint(data, pos)
+            if pos + length > len(data):
+                raise PodResourcesError("the kubelet's answer is not protobuf: field %d is cut short" % number)
+            yield number, bytes(data[pos:pos + length])
+            pos += length
+            continue
+        if wire not in (1, 5):
+            raise PodResourcesError("the kubelet's answer is not protobuf: wire type %d in field %d" % (wire, number))
+        pos += 8 if wire == 1 else 4
+
+
+def _text(value):
+    return value.decode("utf-8", "replace")
+
+
+def decode_list_response(data):
+    """The devices of a ``ListPodResourcesResponse``: a list of dicts with ``namespace``, ``pod``,
+    ``container``, ``resource`` and ``device_ids`` (one per container and resource)."""
+    held = []
+    for number, pod in _fields(data):
+        if number != 1:                 # pod_resources
+            continue
+        name, namespace, containers = "", "", []
+        for field, value in _fields(pod):
+            if field == 1:
+                name = _text(value)
+            elif field == 2:
+                namespace = _text(value)
+            elif field == 3:
+                containers.append(value)
+        for container in containers:
+            container_name, devices = "", []
+            for field, value in _fields(container):
+                if field == 1:
+                    container_name = _text(value)
+                elif field == 2:        # ContainerDevices
+                    devices.append(value)
+            for device in devices:
+                resource, ids = "", []
+                for field, value in _fields(device):
+                    if field == 1:
+                        resource = _text(value)
+                    elif field == 2:
+                        ids.append(_text(value))
+                held.append({"namespace": namespace, "pod": name, "container": container_name,
+                             "resource": resource, "device_ids": ids})
+    return held
+
+
+# ---------------------------------------------------------------------- gRPC
+
+
+def _grpc_message(body, path):
+    """The one message of a unary gRPC answer (a 5-byte prefix: compressed flag, big-endian length)."""
+    if not body:
+        return b""
+    if len(body) < 5:
+        raise PodResourcesError("%s: the kubelet's answer is cut short (%d bytes)" % (path, len(body)))
+    compressed, length = struct.unpack(">BI", bytes(body[:5]))
+    if compressed:
+        raise PodResourcesError("%s: the kubelet compressed its answer, which was not asked for" % path)
+    if len(body) < 5 + length:
+        raise PodResourcesError("%s: the kubelet's answer is cut short (%d of %d bytes)"
+                                % (path, len(body) - 5, length))
+    return bytes(body[5:5 + length])
+
+
+def _open(path, timeout):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except FileNotFoundError:
+        sock.close()
+        raise PodResourcesError("no kubelet pod-resources socket at %s (is the kubelet running, and is that its "
+                                "root directory?)" % path) from None
+    except OSError as error:
+        sock.close()
+        raise PodResourcesError("cannot connect to the kubelet's pod-resources socket %s: %s"
+                                % (path, error.strerror or error)) from None
+    return sock
+
+
+def _exchange(sock, connection, stream, deadline, path):
+    """Reads until the stream ends: (headers and trailers as one dict, the body)."""
+    from h2 import events
+
+    headers, body, first = {}, bytearray(), b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        sock.settimeout(left)
+        chunk = sock.recv(65536)
+        if not first:
+            first = chunk[:40]
+        if not chunk:
+            # An HTTP/2 server speaks first with a SETTINGS frame (type 4, the frame header's fourth byte).
+            if first and (len(first) < 9 or first[3] != 4):
+                raise PodResourcesError("%s does not speak gRPC over HTTP/2: it answered %r" % (path, first))
+            raise PodResourcesError("%s: the kubelet closed the connection before it answered" % path)
+        for event in connection.receive_data(chunk):
+            if isinstance(event, (events.ResponseReceived, events.TrailersReceived)):
+                headers.update((_text(key) if isinstance(key, bytes) else key,
+                                _text(value) if isinstance(value, bytes) else value) for key, value in event.headers)
+            elif isinstance(event, events.DataReceived):
+                body += event.data
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise PodResourcesError("%s: the kubelet's answer is over %d bytes" % (path, MAX_ANSWER_BYTES))
+                connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, events.StreamReset) and event.stream_id == stream:
+                raise PodResourcesError("%s: the kubelet reset the call (HTTP/2 error %s)" % (path, event.error_code))
+            elif isinstance(event, events.ConnectionTerminated):
+                raise PodResourcesError("%s: the kubelet ended the connection (HTTP/2 error %s)"
+                                        % (path, event.error_code))
+            elif isinstance(event, events.StreamEnded) and event.stream_id == stream:
+                return headers, body
+        pending = connection.data_to_send()
+        if pending:
+            sock.sendall(pending)
+
+
+def call(path, method, request=b"", timeout=2.0):
+    """The answer (protobuf bytes) of the unary gRPC ``method`` served on the unix socket ``path``.
+
+    Bounded by ``timeout`` seconds in all; PodResourcesError says what went wrong.
+    """
+    from h2.config import H2Configuration
+    from h2.connection import H2Connection
+    from h2.exceptions import ProtocolError
+
+    deadline = time.monotonic() + timeout
+    sock = _open(path, timeout)
+    try:
+        connection = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+        connection.initiate_connection()
+        stream = connection.get_next_available_stream_id()
+        connection.send_headers(stream, [
+            (":method", "POST"), (":scheme", "http"), (":path", method), (":authority", "localhost"),
+            ("content-type", "application/grpc"), ("te", "trailers"),
+            ("grpc-timeout", "%dm" % max(1, int(timeout * 1000))),
+        ])
+        connection.send_data(stream, struct.pack(">BI", 0, len(request)) + request, end_stream=True)
+        sock.sendall(connection.data_to_send())
+        headers, body = _exchange(sock, connection, stream, deadline, path)
+    except socket.timeout:
+        raise PodResourcesError("the kubelet did not answer %s on %s within %g s" % (method, path, timeout)) from None
+    except ProtocolError as error:
+        raise PodResourcesError("%s does not speak gRPC over HTTP/2: %s" % (path, error)) from None
+    except OSError as error:
+        raise PodResourcesError("%s: %s" % (path, error.strerror or error)) from None
+    finally:
+        sock.close()
+    status = headers.get("grpc-status")
+    if status == DEADLINE_EXCEEDED:    # the kubelet kept to the grpc-timeout sent
+        raise PodResourcesError("the kubelet did not answer %s on %s within %g s" % (method, path, timeout))
+    if status != "0":
+        raise PodResourcesError("the kubelet refused %s on %s: gRPC status %s%s" % (
+            method, path, status if status is not None else "missing (HTTP %s)" % headers.get(":status"),
+            ": " + unquote(headers["grpc-message"]) if headers.get("grpc-message") else ""))
+    return _grpc_message(body, path)
+
+
+def list_pod_resources(path=DEFAULT_SOCKET, timeout=2.0):
+    """Every device the kubelet has given a container: see ``decode_list_response``."""
+    return decode_list_response(call(path, LIST_PATH, b"", timeout))

@@ -1,0 +1,234 @@
+"""Pods on GPU series: the agent's pod-resources client against a stand-in kubelet speaking the real protobuf
+(generated from the kubelet's published api.proto), and a real agent process labelling its series with it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from kubelet_podresources import StandInKubelet, generate, pod
+from support import COLLECTIONS
+
+import sys
+sys.path.insert(0, str(COLLECTIONS))
+from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources  # noqa: E402
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("podresources"))
+
+
+@pytest.fixture
+def kubelet(generated, tmp_path):
+    with StandInKubelet(generated, tmp_path / "kubelet.sock") as server:
+        yield server
+
+
+def test_list_reads_every_pod_container_and_device_and_skips_the_fields_it_does_not_need(kubelet):
+    kubelet.pods = [
+        pod("train-0", "ml", ("trainer", [(GPU, ["GPU-aaaa", "GPU-bbbb"]), ("example.com/nic", ["nic0"])]),
+            ("sidecar", [])),
+        pod("infer", "serving", ("server", [("nvidia.com/mig-1g.10gb", ["MIG-cccc"])])),
+    ]
+    kubelet.pods[0]["containers"][1]["dynamic"] = True     # a DRA claim (fields 5) is skipped, not misread
+    held = podresources.list_pod_resources(kubelet.socket, timeout=5)
+    assert held == [
+        {"namespace": "ml", "pod": "train-0", "container": "trainer", "resource": GPU,
+         "device_ids": ["GPU-aaaa", "GPU-bbbb"]},
+        {"namespace": "ml", "pod": "train-0", "container": "trainer", "resource": "example.com/nic",
+         "device_ids": ["nic0"]},
+        {"namespace": "serving", "pod": "infer", "container": "server", "resource": "nvidia.com/mig-1g.10gb",
+         "device_ids": ["MIG-cccc"]},
+    ]
+    # The decoder against protobuf's own encoder, byte for byte the kubelet's wire format.
+    assert podresources.decode_list_response(kubelet.answer().SerializeToString()) == held
+
+
+def test_an_answer_larger_than_http2s_first_window_arrives_whole(kubelet):
+    kubelet.pods = [pod("job-%04d" % n, "batch-%d" % (n % 7), ("main", [(GPU, ["GPU-%032x" % n])]))
+                    for n in range(3000)]
+    assert kubelet.answer().ByteSize() > 4 * 65535
+    held = podresources.list_pod_resources(kubelet.socket, timeout=10)
+    assert len(held) == 3000 and held[-1]["device_ids"] == ["GPU-%032x" % 2999]
+
+
+def test_an_empty_node_is_an_empty_list(kubelet):
+    assert podresources.list_pod_resources(kubelet.socket, timeout=5) == []
+
+
+def test_the_kubelets_refusal_is_named_with_its_status(kubelet):
+    import grpc
+
+    kubelet.status = grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(podresources.PodResourcesError) as refused:
+        podresources.list_pod_resources(kubelet.socket, timeout=5)
+    assert str(refused.value) == ("the kubelet refused /v1.PodResourcesLister/List on %s: gRPC status 14: "
+                                  "stand-in kubelet told to fail" % kubelet.socket)
+
+
+def test_a_slow_kubelet_is_given_up_on_within_the_timeout(kubelet):
+    kubelet.delay = 30
+    started = time.monotonic()
+    with pytest.raises(podresources.PodResourcesError, match="did not answer .* within 0.5 s"):
+        podresources.list_pod_resources(kubelet.socket, timeout=0.5)
+    assert time.monotonic() - started < 2
+
+
+def test_no_socket_says_where_it_looked(tmp_path):
+    missing = tmp_path / "pod-resources" / "kubelet.sock"
+    with pytest.raises(podresources.PodResourcesError) as error:
+        podresources.list_pod_resources(str(missing), timeout=1)
+    assert str(error.value) == ("no kubelet pod-resources socket at %s (is the kubelet running, and is that its root "
+                                "directory?)" % missing)
+
+
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"", None], ids=["http1", "closes", "silent"])
+def test_something_else_on_the_socket_is_an_error_not_a_hang(tmp_path, reply):
+    path = str(tmp_path / "other.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    done = threading.Event()
+
+    def serve():
+        peer, _addr = listener.accept()
+        peer.recv(4096)
+        if reply is not None:
+            peer.sendall(reply)
+            peer.close()
+        done.wait(5)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(podresources.PodResourcesError) as error:
+            podresources.list_pod_resources(path, timeout=1)
+    finally:
+        done.set()
+        listener.close()
+    assert time.monotonic() - started < 3
+    expected = {"http1": "does not speak gRPC over HTTP/2", "closes": "closed the connection before it answered",
+                "silent": "did not answer"}
+    assert expected["http1" if reply and reply.startswith(b"HTTP") else "closes" if reply == b"" else "silent"] in \
+        str(error.value)
+
+
+# ------------------------------------------------------------------ the agent
+
+
+def _held(agent, metric="DCGM_FI_DEV_GPU_UTIL"):
+    """{gpu index: sorted [(pod, namespace, container)]} as the agent's /metrics says, '' for no pod."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = {}
+    for family in text_string_to_metric_families(agent.metrics_text()):
+        for sample in family.samples:
+            if sample.name == metric:
+                labels = sample.labels
+                found.setdefault(int(labels["gpu"]), []).append(
+                    (labels.get("pod", ""), labels.get("namespace", ""), labels.get("container", "")))
+    return {gpu: sorted(holders) for gpu, holders in found.items()}
+
+
+def _uuids(name):
+    import json
+
+    from support import scenario_path
+    return [device["uuid"] for device in json.loads(scenario_path(name).read_text())["devices"]]
+
+
+@pytest.fixture
+def pod_node(access, request):
+    from test_scv_agent import node_for
+
+    name = node_for(request)
+    access.kubectl("delete", "scv", name, "--ignore-not-found")
+    yield name
+    access.kubectl("delete", "scv", name, "--ignore-not-found")
+
+
+def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_when_the_pods_end(
+        access, agent_command, pod_node, tmp_path, kubelet):
+    from test_scv_agent import AgentProcess
+
+    uuids = _uuids("h100_sxm_x8")
+    kubelet.pods = [
+        pod("train", "ml", ("trainer", [(GPU, [uuids[0]])])),
+        # GPU 1 shared by time-slicing: replicas ::0 and ::3 in two pods, two replicas in one container
+        pod("notebook-a", "lab", ("jupyter", [(GPU, [uuids[1] + "::0", uuids[1] + "::1"])])),
+        pod("notebook-b", "lab", ("jupyter", [(GPU, [uuids[1] + "::3"])])),
+        pod("web", "shop", ("nginx", [("example.com/nic", [uuids[2]])])),     # not NVIDIA's: no label
+    ]
+    agent = AgentProcess(agent_command, access, pod_node, tmp_path, scenario="h100_sxm_x8",
+                         extra=("--pod-resources-socket", kubelet.socket, "--pod-resources-interval", "1"))
+    nobody = [("", "", "")]
+    try:
+        agent.wait_for(lambda: _held(agent).get(0) == [("train", "ml", "trainer")], 20)
+        held = _held(agent)
+        assert held[1] == [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
+        assert held[2] == nobody and all(held[gpu] == nobody for gpu in range(3, 8))
+        # every DCGM series carries them, the agent's own do not
+        assert _held(agent, "DCGM_FI_DEV_XID_ERRORS")[0] == [("train", "ml", "trainer")]
+        assert 'pod="train"' not in "".join(line for line in agent.metrics_text().splitlines()
+                                            if line.startswith("scv_gpu_"))
+
+        kubelet.pods = kubelet.pods[1:]          # the training pod ended
+        agent.wait_for(lambda: _held(agent)[0] == nobody, 5)
+        assert _held(agent)[1] == [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
+    finally:
+        agent.stop()
+
+
+def test_a_kubelet_that_is_gone_or_slow_takes_the_labels_away_and_never_holds_up_a_tick(
+        access, agent_command, pod_node, tmp_path, generated):
+    from test_scv_agent import AgentProcess
+
+    uuids = _uuids("titan_xp")
+    socket_path = tmp_path / "kubelet.sock"
+    agent = AgentProcess(agent_command, access, pod_node, tmp_path, scenario="titan_xp",
+                         extra=("--pod-resources-socket", str(socket_path), "--pod-resources-interval", "1"))
+    try:
+        agent.wait_for(lambda: agent.metrics()["scv_agent_pod_resources_failures_total"] >= 1, 20)
+        assert _held(agent)[0] == [("", "", "")]
+        assert "pod labels left off GPU series: no kubelet pod-resources socket at %s" % socket_path in \
+            agent.log.read_text()
+        with StandInKubelet(generated, socket_path) as kubelet:
+            kubelet.pods = [pod("render", "gfx", ("blender", [(GPU, [uuids[0]])]))]
+            agent.wait_for(lambda: _held(agent)[0] == [("render", "gfx", "blender")], 5)
+            assert "pod labels back on GPU series" in agent.log.read_text()
+            # A kubelet that stops answering: ticks go on at their interval, the labels go after the 2 s bound.
+            kubelet.delay = 60
+            ticks = agent.metrics()["scv_agent_ticks_total"]
+            agent.wait_for(lambda: _held(agent)[0] == [("", "", "")], 10)
+            assert agent.metrics()["scv_agent_ticks_total"] - ticks >= 2
+            assert "did not answer /v1.PodResourcesLister/List on %s within 2 s" % socket_path in agent.log.read_text()
+    finally:
+        agent.stop()
+
+
+def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_command, pod_node, tmp_path, kubelet):
+    import json
+
+    from support import scenario_path
+    from test_scv_agent import AgentProcess
+
+    scenario = json.loads(scenario_path("h100_mig_mixed").read_text())
+    mig = scenario["devices"][0]["migDevices"]
+    kubelet.pods = [pod("small", "ml", ("worker", [("nvidia.com/mig-1g.10gb", [mig[2]["uuid"]])])),
+                    pod("big", "ml", ("worker", [("nvidia.com/mig-3g.40gb", [mig[0]["uuid"]])])),
+                    pod("ghost", "ml", ("worker", [("nvidia.com/mig-1g.10gb",
+                                                    ["MIG-00000000-0000-0000-0000-00000000"])]))]
+    agent = AgentProcess(agent_command, access, pod_node, tmp_path, scenario="h100_mig_mixed",
+                         extra=("--pod-resources-socket", kubelet.socket, "--pod-resources-interval", "1"))
+    try:
+        agent.wait_for(lambda: _held(agent).get(0) == [("big", "ml", "worker"), ("small", "ml", "worker")], 20)
+        assert _held(agent)[1] == [("", "", "")]      # the MIG device NVML does not know labels nothing
+    finally:
+        agent.stop()

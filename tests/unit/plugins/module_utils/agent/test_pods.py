@@ -1,0 +1,81 @@
+"""Which pods hold which GPU: device IDs as NVIDIA's device plugin hands them out, and a kubelet that fails."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution, device_holders
+from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import PodResourcesError, decode_list_response
+
+
+def held(pod, container, resource, *ids, namespace="ns"):
+    return {"namespace": namespace, "pod": pod, "container": container, "resource": resource,
+            "device_ids": list(ids)}
+
+
+CARDS = [{"id": 0, "uuid": "GPU-0"}, {"id": 1, "uuid": "GPU-1"}, {"id": 2, "uuid": "GPU-2"}]
+
+
+def test_replicas_of_a_shared_gpu_count_once_per_container_and_other_resources_not_at_all():
+    holders = device_holders([
+        held("a", "c", "nvidia.com/gpu", "GPU-1::0", "GPU-1::1"),
+        held("b", "c", "nvidia.com/gpu.shared", "GPU-1::2"),
+        held("n", "c", "example.com/nic", "GPU-2"),
+    ])
+    assert holders == {"GPU-1": [("a", "ns", "c"), ("b", "ns", "c")]}
+
+
+def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
+    answers = [[held("p", "c", "nvidia.com/gpu", "GPU-0"), held("q", "c", "nvidia.com/gpu", "2"),
+                held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x"), held("g", "c", "nvidia.com/mig-1g.10gb", "MIG-y")]]
+    pods = PodAttribution("/none", 10, threading.Event(), lister=lambda _path, _timeout: answers[0])
+    pods.refresh()
+    asked = []
+
+    def parent(uuid):
+        asked.append(uuid)
+        return {"MIG-x": "GPU-1"}.get(uuid)
+
+    pods.resolve(parent)
+    assert pods.by_card(CARDS) == {0: [("p", "ns", "c")], 1: [("m", "ns", "c")], 2: [("q", "ns", "c")]}
+    pods.resolve(parent)                 # known parents are not asked again; unknown ones are
+    assert asked == ["MIG-x", "MIG-y", "MIG-y"]
+    answers[0] = []
+    pods.refresh()
+    pods.resolve(parent)
+    assert pods.by_card(CARDS) == {} and pods._mig_parents == {}
+
+
+def test_a_failing_kubelet_drops_every_label_and_is_logged_once_until_it_answers(caplog):
+    outcome = [PodResourcesError("no kubelet pod-resources socket at /x")]
+
+    def lister(_path, _timeout):
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return outcome[0]
+
+    pods = PodAttribution("/x", 10, threading.Event(), lister=lister)
+    pods.holders = {"GPU-0": [("stale", "ns", "c")]}
+    with caplog.at_level(logging.INFO, logger="scv-gpu-agent"):
+        pods.refresh()
+        pods.refresh()
+        assert pods.by_card(CARDS) == {} and pods.failures == 2
+        outcome[0] = [held("p", "c", "nvidia.com/gpu", "GPU-0")]
+        pods.refresh()
+    assert pods.by_card(CARDS) == {0: [("p", "ns", "c")]} and pods.refreshes == 3
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == ["pod labels left off GPU series: no kubelet pod-resources socket at /x",
+                        "pod labels back on GPU series: the kubelet's pod-resources API answers again"]
+
+
+@pytest.mark.parametrize("data, problem", [
+    (b"\x0a\x05ab", "field 1 is cut short"),
+    (b"\x0a", "a varint runs past its end"),
+    (b"\x0b", "wire type 3 in field 1"),
+])
+def test_an_answer_that_is_not_protobuf_is_named_as_such(data, problem):
+    with pytest.raises(PodResourcesError, match=problem):
+        decode_list_response(data)
