@@ -126,7 +126,8 @@ def every_counter(scenario):
     scenario.write_text(json.dumps(data))
 
 
-def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False, counters_interval=None):
+def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False, counters_interval=None,
+              scrape_interval=0):
     """One agent run on one cost model; returns its figures."""
     scenario = work / ("scenario-%s.json" % model)
     shutil.copy(scenario_path("h100_sxm_x8"), scenario)
@@ -149,10 +150,15 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         time.sleep(5)   # start-up done, the watch is up
         before = agent_metrics(port)
         requests_before, (_rss, cpu_before), start = scv_requests(plane), sample(agent.pid), time.monotonic()
-        rss = []
+        rss, scrapes, next_scrape = [], 0, start + scrape_interval
         while time.monotonic() - start < window:
             time.sleep(1)
             rss.append(sample(agent.pid)[0])
+            if scrape_interval and time.monotonic() >= next_scrape:   # as a Prometheus would
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
+                    response.read()
+                scrapes += 1
+                next_scrape += scrape_interval
         elapsed = time.monotonic() - start
         cpu_after = sample(agent.pid)[1]
         # the metrics GETs and kubectl's are not the agent's: count only scvs requests
@@ -188,6 +194,8 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         "freshness_max": max(freshness), "ticks": ticks,
         "nvml_ms_per_gpu_tick": nvml / ticks / 8 * 1000 if ticks else float("nan"),
         "inits": after["scv_agent_nvml_inits_total"], "static_reads": after["scv_agent_nvml_static_reads_total"],
+        "scrapes": scrapes,
+        "counter_reads": after["scv_agent_nvml_counter_reads_total"] - before["scv_agent_nvml_counter_reads_total"],
     }
 
 
@@ -201,6 +209,8 @@ def main():
     parser.add_argument("--every-counter", action="store_true",
                         help="make every default counter of dcgm-exporter answer (energy, GPM, ...), at its cost")
     parser.add_argument("--counters-interval", type=float, help="the agent's --counters-interval")
+    parser.add_argument("--scrape-interval", type=float, default=0,
+                        help="scrape /metrics every this many seconds during the window, as Prometheus would (0: none)")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="scv-agent-bench-"))
     plane = ControlPlane(work / "plane").start()
@@ -211,7 +221,7 @@ def main():
                       "--group=system:nodes")
         for model in args.models.split(","):
             results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout,
-                                       args.every_counter, args.counters_interval)
+                                       args.every_counter, args.counters_interval, args.scrape_interval)
         site = None if args.no_site else site_runs(plane, work)
     finally:
         plane.stop()
@@ -227,6 +237,8 @@ def main():
                   result["rss_median"], result["rss_max"], result["library_rss"],
                   result["rss_median"] - result["library_rss"]))
         print("  CPU: %.3f %% of one core (target <= 0.3 %%)" % result["cpu"])
+        print("  scrapes: %d (every %g s); costly counters read %d times"
+              % (result["scrapes"], args.scrape_interval, result["counter_reads"]))
         print("  NVML: %.3f ms per GPU per tick over %d ticks (target <= 1 ms); NVML initialised %d time(s), "
               "static readings read %d time(s)"
               % (result["nvml_ms_per_gpu_tick"], result["ticks"], result["inits"], result["static_reads"]))

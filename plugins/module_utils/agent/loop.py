@@ -20,10 +20,10 @@ import time
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
 from ansible_collections.scv.gpu.plugins.module_utils.agent.health import NodeCondition, NodeTaint
+from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Readings
 from ansible_collections.scv.gpu.plugins.module_utils.agent.watch import MAX_BACKOFF_S, ScvState, ScvWatch
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import mig_parent
 from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, write_status
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status, needs_update, now_rfc3339
@@ -69,13 +69,12 @@ class Agent:
         self.node = node
         self.session = session
         self.default_interval_ms = default_interval_ms
-        self.metrics = metrics
+        self.readings = Readings(session, xid_policy or XidPolicy(), metrics)
         self.pods = pods               # an agent.pods.PodAttribution, or None: no pod labels
         self.dcgm_series = None        # the DCGM series a counters file chose (None: every one served)
-        self.xid_policy = xid_policy or XidPolicy()
+        self.xid_policy = self.readings.xid_policy
         self.counters = Counters()
         self.notify = notify or (lambda *_words: None)
-        self.nvml_seconds = 0.0
         self.failures = 0
         self.state = ScvState()
         self.wake = threading.Event()
@@ -84,8 +83,6 @@ class Agent:
         self.condition = NodeCondition(client, node, self.counters) if node_condition else None
         self.taint = NodeTaint(taint_client, node, self.counters) if taint_client is not None else None
         self.last_tick_at = None      # time.monotonic() of the last tick that ended
-        self._facts = None
-        self._facts_lock = threading.Lock()
         self._reload = None           # a function that applies a new configuration, set by SIGHUP
         self._xid_waiter = None
 
@@ -107,6 +104,7 @@ class Agent:
         self._xid_waiter = XidWaiter(self.session, self.counters, self.wake, self.stopping)
         self._xid_waiter.start()
         if self.pods is not None:
+            self.readings.pods = self.pods
             self.pods.start()
         ready = False
         while not self.stopping.is_set():
@@ -124,7 +122,7 @@ class Agent:
         self.notify("STOPPING=1")
         if self._xid_waiter is not None:
             self._xid_waiter.join(timeout=2)
-        self.session.close()
+        self.readings.close()
         LOG.info("stopped")
 
     def _sleep(self, delay, watchdog_s):
@@ -151,12 +149,12 @@ class Agent:
         """One round; returns the seconds until the next."""
         self.counters.bump("ticks")
         try:
-            facts = self._read()
+            facts = self.readings.tick()
         except Exception as error:  # pylint: disable=broad-exception-caught
             # nvml turns GPU errors into Unhealthy cards; anything else must not end the agent.
             LOG.error("reading NVML failed: %s", error)
             self.counters.bump("errors")
-            self.session.close()
+            self.readings.close()
             return self._ticked(self.interval_s())
         # Each step may wait out a request timeout: systemd hears that the agent is alive between them.
         for step in (self.condition, self.taint):
@@ -181,22 +179,6 @@ class Agent:
     def _ticked(self, delay):
         self.last_tick_at = time.monotonic()
         return delay
-
-    def _read(self):
-        inits = self.session.inits
-        started = time.perf_counter()
-        try:
-            facts = self.session.read(["telemetry", "counters"] if self.metrics else [])
-        finally:
-            self.nvml_seconds += time.perf_counter() - started
-        if self.session.inits > inits > 0:
-            LOG.warning("NVML initialised anew: %s", self.session.last_reinit_reason)
-        self.xid_policy.apply(facts, self.session.xids, self.session.clock())
-        if self.pods is not None:
-            self.pods.resolve(mig_parent)
-        with self._facts_lock:
-            self._facts = facts
-        return facts
 
     def _publish(self, facts):
         """Writes the status when it changed: from the object held when there is one, else by reading it.
@@ -230,15 +212,16 @@ class Agent:
 
     def snapshot(self):
         """What the metrics serve, read at one instant: facts, last XIDs and every counter."""
-        with self._facts_lock:
-            facts = self._facts
+        facts = self.readings.facts()
         values = {"scv_agent_%s" % name: value for name, value in self.counters.values().items()}
         values.update(
             scv_agent_api_requests=self.client.requests,
             scv_agent_credential_reloads=getattr(self.client, "reloads", 0),
             scv_agent_nvml_inits=self.session.inits,
             scv_agent_nvml_static_reads=self.session.static_reads,
-            scv_agent_nvml_seconds=self.nvml_seconds,
+            scv_agent_nvml_counter_reads=self.session.slow.reads,
+            scv_agent_nvml_seconds=self.readings.seconds,
+            scv_agent_nvml_scrape_reads=self.readings.scrape_reads,
         )
         pods = None if self.pods is None else self.pods.by_card((facts or {}).get("cardList") or [])
         values.update({} if self.pods is None else self.pods.counters())

@@ -130,6 +130,9 @@ _OTHER_COUNTERS = {
     "scv_agent_nvml_inits": "Times NVML was initialised (once, then after errors that call for it).",
     "scv_agent_nvml_static_reads": "Times every card's static readings were read.",
     "scv_agent_nvml_seconds": "Seconds spent reading NVML.",
+    "scv_agent_nvml_scrape_reads": "Times a scrape read the GPUs' telemetry (and the costly counters when due).",
+    "scv_agent_nvml_counter_reads": "Times the costly counters (energy, PCIe replays, NVLink, vGPU licence, GPM) were "
+                                    "read: at most once per counters interval, and once per scrape.",
     "scv_agent_pod_resources_reads": "Times the kubelet's pod-resources API was asked which pods hold GPUs.",
     "scv_agent_pod_resources_failures": "Times the kubelet's pod-resources API could not be read.",
 }

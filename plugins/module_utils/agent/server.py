@@ -22,7 +22,7 @@ def serve(agent, host, port):
         def do_GET(self):  # noqa: N802 (the http.server API)
             path = self.path.split("?")[0]
             if path == "/metrics":
-                agent.session.slow.ask()
+                agent.readings.scrape()
                 self._answer(200, exposition(agent.snapshot), "text/plain; version=0.0.4; charset=utf-8")
             elif path == "/healthz":
                 healthy, detail = agent.health()

@@ -29,6 +29,9 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.events import XidEven
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.counters import DEFAULT_INTERVAL_S, SlowReadings
 
 
+# Subsets with no static readings: a read with or without them shares the card's static entry.
+NO_STATIC = frozenset(("telemetry", "processes"))
+
 # A driver reloaded or upgraded, or a GPU added or removed, shows first in NVML's answers (errors, a
 # lost GPU); the GPU count and driver version are asked again only this often (0.06 ms on an H100).
 SYSTEM_CHECK_S = 30.0
@@ -230,7 +233,7 @@ class Session:
             except pynvml.NVMLError:
                 return Static(subsets)   # read_card opens it itself and reports why it cannot
             self._handles[index], self._uuids[index] = handle, uuid
-        key = (self._uuids[index], frozenset(subsets))
+        key = (self._uuids[index], frozenset(subsets) - NO_STATIC)
         entry = self._static.get(key)
         if entry is None:
             entry = self._static[key] = Static(subsets)
