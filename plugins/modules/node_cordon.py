@@ -27,7 +27,9 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
   name:
-    description: The Kubernetes node's name.
+    description:
+      - The Kubernetes node's name, a DNS subdomain (lower case, at most 253 characters), checked before any request
+        is made.
     type: str
     required: true
   state:
@@ -95,6 +97,7 @@ unschedulable:
   sample: true
 """
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeClient
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
@@ -121,6 +124,9 @@ def main():
         owner=dict(type="str", default="scv.gpu"),
     ))
     params = module.params
+    name_problem = node_name_problem(params["name"])
+    if name_problem:
+        module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
     if not params["owner"] or len(params["owner"]) > 253:
         module.fail_json(msg="owner: expected a non-empty name of up to 253 characters, got %r" % params["owner"])
     try:

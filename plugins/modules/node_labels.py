@@ -46,7 +46,9 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
   name:
-    description: The Kubernetes node's name.
+    description:
+      - The Kubernetes node's name, a DNS subdomain (lower case, at most 253 characters), checked before any request
+        is made.
     type: str
     required: true
   gpu_facts:
@@ -116,6 +118,7 @@ changes:
   sample: {"nvidia.com/gpu.count": "8", "nvidia.com/mig.capable": null}
 """
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeClient
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
@@ -147,6 +150,9 @@ def main():
         mig_strategy=dict(type="str", default="none", choices=list(MIG_STRATEGIES)),
     ))
     params = module.params
+    name_problem = node_name_problem(params["name"])
+    if name_problem:
+        module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
     if not valid_label_key(params["gpu_label_key"]):
         module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
                              "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])

@@ -21,6 +21,7 @@ import socket
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import parse_actions
+from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
 
 ENV_PREFIX = "SCV_GPU_AGENT_"
@@ -102,6 +103,14 @@ def _xid_actions(value):
     return parse_actions(value)
 
 
+def _node_name(text):
+    """A Node's name as the API server checks it, so that no request is built from a name it refuses."""
+    problem = node_name_problem(str(text))
+    if problem:
+        raise ValueError(problem)
+    return str(text)
+
+
 def _node_name_default(environ):
     return environ.get("NODE_NAME") or socket.gethostname().lower()
 
@@ -114,15 +123,15 @@ def _no_xid_actions(_environ):
 OPTIONS = (
     ("kubeconfig", str, "/etc/kubernetes/kubelet.conf", False,
      "kubeconfig to authenticate with (default: the kubelet's, so the node writes as itself)"),
-    ("node-name", str, _node_name_default, False, "the Kubernetes node name (default: $NODE_NAME, else the host name)"),
+    ("node-name", _node_name, _node_name_default, False, "the Kubernetes node name (default: $NODE_NAME, else the host name)"),
     ("default-interval", _positive(int, 1), DEFAULT_UPDATE_INTERVAL_MS, True,
      "spec.updateInterval (ms) for an Scv the agent creates, and the interval while the Scv has none"),
     ("watch-timeout", _positive(int, 1), 300, True, "seconds per watch request"),
     ("request-timeout", _positive(float, 0, inclusive=False), 10.0, False,
      "seconds to wait for the API server's answer before a request fails"),
     ("counters-interval", _positive(float, 0, inclusive=False), 30.0, True,
-     "seconds between reads of the costly counters (energy, PCIe replays, NVLink, vGPU licence) and of GPM "
-     "(engine activity); dcgm-exporter collects every 30 s"),
+     "least seconds between reads of the costly counters (energy, PCIe replays, NVLink, vGPU licence) and of GPM "
+     "(engine activity), which are read at a scrape of /metrics; dcgm-exporter collects every 30 s"),
     ("counters-file", _counters_file, "", True,
      "a counters file in dcgm-exporter's CSV format (name, type, help) naming the DCGM series to serve; "
      "'' serves every one the agent has"),
@@ -240,8 +249,10 @@ def load(flags, environ=None):
             raw, source = environ[env_name(name)], "environment %s" % env_name(name)
         elif name in from_file:
             raw, source = from_file[name], "file %s" % path
+        elif callable(default):   # worked out from the environment: checked as if given
+            raw, source = default(environ), "default"
         else:
-            values[name], sources[name] = default(environ) if callable(default) else default, "default"
+            values[name], sources[name] = default, "default"
             continue
         try:
             values[name] = convert(raw)

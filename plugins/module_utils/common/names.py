@@ -13,11 +13,16 @@ DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 DNS_SUBDOMAIN_MAX = 253
 
 
+def object_name_problem(name, kind="node"):
+    """Why ``name`` cannot name a ``kind`` object (a DNS subdomain: Nodes, Scvs), or None when it can."""
+    if not isinstance(name, str) or not name:
+        return "a %s name is needed, got %r" % (kind, name)
+    if len(name) > DNS_SUBDOMAIN_MAX or not DNS_SUBDOMAIN.fullmatch(name):
+        return ("%r is not a Kubernetes %s name: lower-case letters, digits, '-' and '.', starting and ending "
+                "with a letter or digit, at most 253 characters" % (name, kind))
+    return None
+
+
 def node_name_problem(name):
     """Why ``name`` cannot be a node's (and its Scv's) name, or None when it can."""
-    if not isinstance(name, str) or not name:
-        return "a node name is needed, got %r" % (name,)
-    if len(name) > DNS_SUBDOMAIN_MAX or not DNS_SUBDOMAIN.fullmatch(name):
-        return ("%r is not a Kubernetes node name: lower-case letters, digits, '-' and '.', starting and ending "
-                "with a letter or digit, at most 253 characters" % name)
-    return None
+    return object_name_problem(name, "node")

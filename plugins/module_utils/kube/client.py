@@ -44,6 +44,7 @@ except ImportError:
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import (
     ApiError,
+    checked_name,
     causes,
     is_missing_object,
     missing_definition,
@@ -206,7 +207,8 @@ class ResourceClient:
         return self._resource
 
     def _name(self, name):
-        return "%s %s" % (self.resource_type.kind, name)
+        """What error messages call object ``name``; every call names its object here, so the name is checked."""
+        return "%s %s" % (self.resource_type.kind, checked_name(self.resource_type.kind, name))
 
     def get(self, name):
         """The object named ``name`` as a dict, or None when there is none."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.names import object_name_problem
+
 # The one conflict policy: a read-decide-write cycle that meets a 409 starts over, this many times in all.
 CONFLICT_ATTEMPTS = 5
 
@@ -19,6 +21,18 @@ class ApiError(Exception):
         super().__init__(message)
         self.conflict = conflict
         self.status = status
+
+
+def checked_name(kind, name):
+    """``name`` when it can name a ``kind`` object; otherwise an ApiError, before any request is built from it.
+
+    Every name the collection puts in a URL passes here: ``node-a/status`` would reach the status
+    subresource, and ``..`` the collection's list.
+    """
+    problem = object_name_problem(name, kind)
+    if problem:
+        raise ApiError("%s; nothing was sent to the API server" % problem, status=422)
+    return name
 
 
 def missing_definition(resource, server):

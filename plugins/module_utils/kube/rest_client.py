@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
+from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, checked_name
 from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER, NODE
 from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import NO_DEFAULT, RestTransport
 
@@ -26,6 +26,7 @@ class RestClient(RestTransport):
 
     def _object(self, method, verb, name, body=None, subresource=None, missing=NO_DEFAULT, check_mode=False,
                 what=None, **options):
+        checked_name(self.resource.kind, name if name else body["metadata"]["name"])
         parts = [name] if name else []
         if subresource:
             parts.append(subresource)
@@ -58,18 +59,20 @@ class RestClient(RestTransport):
 
     def get_node(self, name):
         """Node ``name``, or None when there is none."""
-        return self.request("GET", "get", "Node %s" % name, self.url(NODE.base_path, name), missing=None)
+        return self.request("GET", "get", "Node %s" % name, self.url(NODE.base_path, checked_name("Node", name)),
+                            missing=None)
 
     def patch_node(self, name, patch):
         """A strategic-merge patch of Node ``name`` (its metadata and spec)."""
         return self.request("PATCH", "patch", "Node %s" % name,
-                            self.url(NODE.base_path, name, fieldManager=FIELD_MANAGER), patch,
+                            self.url(NODE.base_path, checked_name("Node", name), fieldManager=FIELD_MANAGER), patch,
                             content_type="application/strategic-merge-patch+json")
 
     def patch_node_status(self, name, patch):
         """A strategic-merge patch of Node ``name``'s status (conditions merge by their type)."""
         return self.request("PATCH", "patch", "the status of Node %s" % name,
-                            self.url(NODE.base_path, name, "status", fieldManager=FIELD_MANAGER), patch,
+                            self.url(NODE.base_path, checked_name("Node", name), "status",
+                                     fieldManager=FIELD_MANAGER), patch,
                             content_type="application/strategic-merge-patch+json")
 
     def create_event(self, event):
@@ -83,8 +86,8 @@ class RestClient(RestTransport):
         The server ends it after ``timeout_seconds``; a server that goes silent for
         ``timeout`` seconds more ends it with an error.
         """
+        target = "%s %s" % (self.resource.kind, checked_name(self.resource.kind, name))
         self.requests += 1
-        target = "%s %s" % (self.resource.kind, name)
         path = self.url(self.resource.base_path, watch="1", fieldSelector="metadata.name=%s" % name,
                         resourceVersion=resource_version, timeoutSeconds=timeout_seconds,
                         allowWatchBookmarks="true")

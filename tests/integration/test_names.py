@@ -1,0 +1,60 @@
+"""One name rule at the edge: a Node or Scv name that is not a DNS subdomain is refused before any request is built
+from it, by the modules, the roles' filter and the agent, with a message that names the value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+BAD_NAMES = ["node-a/status", "..", ".", "Node-A", "a" * 254, "node_a", ""]
+
+
+@pytest.fixture(scope="module")
+def node_a(control_plane):
+    control_plane.kubectl("delete", "node", "node-a", "--ignore-not-found")
+    control_plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}))
+    yield control_plane
+    control_plane.kubectl("delete", "node", "node-a", "--ignore-not-found")
+
+
+def node(plane, name="node-a"):
+    return json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)
+
+
+@pytest.mark.parametrize("module, args", [
+    ("scv.gpu.node_cordon", {"state": "cordoned"}),
+    ("scv.gpu.node_labels", {"gpu_facts": {"cardList": [], "cardNumber": 0}}),
+])
+@pytest.mark.parametrize("name", BAD_NAMES, ids=["subresource", "dotdot", "dot", "upper", "long", "underscore",
+                                                  "empty"])
+def test_a_module_refuses_a_bad_node_name_and_changes_nothing(ansible, node_a, module, args, name):
+    before = node(node_a)
+    ok, result = ansible.module(dict(args, name=name, kubeconfig=str(node_a.admin_kubeconfig)), name=module,
+                                simulator=False)
+    assert not ok, result
+    expected = ("a node name is needed, got ''" if name == "" else
+                "%r is not a Kubernetes node name: lower-case letters, digits" % name)
+    assert result["msg"].startswith("name: " + expected) and "nothing was sent to the API server" in result["msg"]
+    after = node(node_a)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert not after["spec"].get("unschedulable")
+
+
+@pytest.mark.parametrize("name", ["Node-A", "a" * 300, "node-a/status", ".."])
+def test_the_agent_refuses_a_bad_node_name_at_start(agent_command, name):
+    done = subprocess.run(agent_command + ["--node-name", name], capture_output=True, text=True, check=False,
+                          timeout=30)
+    assert done.returncode == 2
+    assert "node-name from the flag --node-name: %r cannot be used: %r is not a Kubernetes node name" % (name, name) \
+        in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_agent_refuses_a_bad_node_name_from_the_environment(agent_command, monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "GPU_Node_7")
+    done = subprocess.run(agent_command, capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 2
+    assert "node-name from the default: 'GPU_Node_7' cannot be used" in done.stderr
