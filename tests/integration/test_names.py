@@ -58,3 +58,18 @@ def test_the_agent_refuses_a_bad_node_name_from_the_environment(agent_command, m
     done = subprocess.run(agent_command, capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 2
     assert "node-name from the default: 'GPU_Node_7' cannot be used" in done.stderr
+
+
+@pytest.mark.parametrize("role, variable", [("scv_agent", "scv_agent_node_name"),
+                                            ("mig_layout", "mig_layout_node_name"),
+                                            ("device_plugin", "device_plugin_node_name")])
+def test_a_role_refuses_a_bad_node_name_as_its_first_task(ansible, tmp_path, role, variable):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
+                                     "roles": [{"role": "scv.gpu.%s" % role, "vars": {variable: "gpu-7/status"}}]}]))
+    done = ansible.playbook(str(playbook), None, "--check")
+    assert done.returncode != 0
+    assert "%s: 'gpu-7/status' is not a Kubernetes node name" % variable in done.stdout
+    assert "nothing was changed" in done.stdout
+    recap = done.stdout.split("PLAY RECAP")[1]
+    assert "changed=0" in recap and "failed=1" in recap   # after the argument spec, the first task
