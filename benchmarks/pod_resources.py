@@ -83,7 +83,7 @@ def pins(*names):
 
 def measure(python, client, socket_path, paths, runs):
     results = []
-    for _ in range(runs):
+    for _run in range(runs):
         done = subprocess.run([str(python), "-c", PROBE, client, socket_path] + paths, capture_output=True,
                               text=True, check=True, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
         results.append(json.loads(done.stdout))

@@ -33,8 +33,11 @@ def config_space(vendor, device, vgpu=False):
     return bytes(config)
 
 
-def add_function(sysfs, address, vendor, device, klass, driver=None, vgpu=False):
-    """One PCI function, with the files the kernel gives it that the collection and GFD read."""
+def add_function(sysfs, address, vendor, device, klass, driver=None, vgpu=False, physfn=None):
+    """One PCI function, with the files the kernel gives it that the collection and GFD read.
+
+    ``physfn``: the address of the physical function this one is an SR-IOV virtual function of (the
+    kernel links the two both ways: ``physfn`` here, ``virtfnN`` there)."""
     sysfs = pathlib.Path(sysfs)
     real = sysfs / "devices" / "pci0000:00" / address
     real.mkdir(parents=True)
@@ -47,6 +50,11 @@ def add_function(sysfs, address, vendor, device, klass, driver=None, vgpu=False)
         drivers = sysfs / "bus" / "pci" / "drivers" / driver
         drivers.mkdir(parents=True, exist_ok=True)
         (real / "driver").symlink_to(os.path.relpath(drivers, real))
+    if physfn:
+        parent = sysfs / "devices" / "pci0000:00" / physfn
+        (real / "physfn").symlink_to(os.path.relpath(parent, real))
+        number = len(list(parent.glob("virtfn*")))
+        (parent / ("virtfn%d" % number)).symlink_to(os.path.relpath(real, parent))
     listing = sysfs / "bus" / "pci" / "devices"
     listing.mkdir(parents=True, exist_ok=True)
     (listing / address).symlink_to(os.path.relpath(real, listing))

@@ -154,6 +154,23 @@ ansible_facts:
           elements: dict
           sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "class": "0x030200", "model": "NVIDIA H100 80GB HBM3",
                     "driver": "nvidia", "vgpu": false}]
+        pci_virtual_functions:
+          description:
+            - SR-IOV virtual functions of NVIDIA GPUs (a C(physfn) link to their GPU): slices of a GPU given to
+              VMs, not GPUs of this host, so they are not in C(pci_gpus) and count for no label. C(physfn) is
+              the address of their GPU.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"busId": "0000:3b:00.4", "deviceId": "0x2330", "physfn": "0000:3b:00.0", "driver": "nvidia"}]
+        pci_unreadable:
+          description:
+            - NVIDIA PCI functions whose class could not be read, so it is not known whether they are GPUs,
+              with the reason. The module warns about each.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"busId": "0000:19:00.0", "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
         driver_version:
           description: The NVIDIA driver's version.
           returned: when NVML is available
@@ -413,7 +430,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import parse_gather_subset
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import HAS_PYNVML, PYNVML_IMPORT_ERROR
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions
 
 
 def main():
@@ -434,7 +451,13 @@ def main():
         module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
 
     fact = collect(subsets)
-    fact["pci_gpus"] = nvidia_gpus(module.params["sysfs"])
+    functions = nvidia_functions(module.params["sysfs"])
+    fact["pci_gpus"] = functions["gpus"]
+    fact["pci_virtual_functions"] = functions["virtual_functions"]
+    fact["pci_unreadable"] = functions["unreadable"]
+    for function in functions["unreadable"]:
+        module.warn("PCI function %s of NVIDIA: %s, so whether it is a GPU is not known" % (
+            function["busId"], function["problem"]))
     module.exit_json(changed=False, ansible_facts={"nvidia_gpu": fact})
 
 

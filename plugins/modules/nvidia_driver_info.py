@@ -117,6 +117,21 @@ pci_gpus:
   type: list
   elements: dict
   sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"}]
+pci_virtual_functions:
+  description:
+    - SR-IOV virtual functions of NVIDIA GPUs (a C(physfn) link to their GPU), listed apart: they are not GPUs of this
+      host, and C(nvml_missing) does not count them.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"busId": "0000:3b:00.4", "deviceId": "0x2330", "physfn": "0000:3b:00.0", "driver": "nvidia"}]
+pci_unreadable:
+  description: NVIDIA PCI functions whose class could not be read (so it is not known whether they are GPUs), each with
+    the reason; the module warns about each.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"busId": "0000:19:00.0", "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
 next_kernel:
   description:
     - The preflight for a reboot. C(kernel) is the release that boots next and C(how) what decided it; C(modules) the
@@ -145,7 +160,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import upstream_version
 from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import module_files, module_version, next_kernel, preflight
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, nvidia_functions
 
 
 def _read(path):
@@ -243,7 +258,13 @@ def main():
         secure_boot=secure_boot,
         secure_boot_source=source,
     )
-    result["pci_gpus"] = nvidia_gpus(sysfs)
+    functions = nvidia_functions(sysfs)
+    result["pci_gpus"] = functions["gpus"]
+    result["pci_virtual_functions"] = functions["virtual_functions"]
+    result["pci_unreadable"] = functions["unreadable"]
+    for function in functions["unreadable"]:
+        module.warn("PCI function %s of NVIDIA: %s, so whether it is a GPU is not known" % (
+            function["busId"], function["problem"]))
     if module.params["next_kernel"]:
         result["next_kernel"] = _next_kernel(module, result["installed_version"])
     if module.params["nvml"]:

@@ -9,13 +9,16 @@ import subprocess
 import pytest
 
 import scenario_expectations as expected
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions
 
 
 def without_pci(fact):
     """The fact less ``pci_gpus``, which must list this host's own bus (empty here, the H100 on a GPU machine)."""
     fact = dict(fact)
-    assert fact.pop("pci_gpus") == nvidia_gpus("/sys")
+    host = nvidia_functions("/sys")
+    assert fact.pop("pci_gpus") == host["gpus"]
+    assert fact.pop("pci_virtual_functions") == host["virtual_functions"]
+    assert fact.pop("pci_unreadable") == host["unreadable"]
     return fact
 
 

@@ -28,8 +28,8 @@ def node(plane, name="node-a"):
     ("scv.gpu.node_cordon", {"state": "cordoned"}),
     ("scv.gpu.node_labels", {"gpu_facts": {"cardList": [], "cardNumber": 0}}),
 ])
-@pytest.mark.parametrize("name", BAD_NAMES, ids=["subresource", "dotdot", "dot", "upper", "long", "underscore",
-                                                  "empty"])
+@pytest.mark.parametrize("name", BAD_NAMES,
+                         ids=["subresource", "dotdot", "dot", "upper", "long", "underscore", "empty"])
 def test_a_module_refuses_a_bad_node_name_and_changes_nothing(ansible, node_a, module, args, name):
     before = node(node_a)
     ok, result = ansible.module(dict(args, name=name, kubeconfig=str(node_a.admin_kubeconfig)), name=module,

@@ -64,38 +64,59 @@ def _hex(text):
         return None
 
 
-def nvidia_gpus(sysfs="/sys"):
-    """The NVIDIA GPUs on the PCI bus, in bus order: a list of dicts with ``busId``
-    ('0000:18:00.0'), ``deviceId`` ('0x2330'), ``model`` (NVML's name for the device, or None
-    when the table does not know it) and ``driver`` (the bound kernel driver, such as
-    'nvidia', 'nouveau' or 'vfio-pci', or None).
+def nvidia_functions(sysfs="/sys"):
+    """Every NVIDIA GPU function on the PCI bus, sorted into three lists (each in bus order):
 
-    An unreadable or absent tree gives an empty list: a host without PCI has no GPUs on it.
+    - ``gpus``: the physical GPUs (and a VM's passed-through or vGPU functions), dicts with ``busId``
+      ('0000:18:00.0'), ``deviceId`` ('0x2330'), ``class``, ``model`` (NVML's name for the device, or
+      None when the table does not know it), ``driver`` (the bound kernel driver, such as 'nvidia',
+      'nouveau' or 'vfio-pci', or None) and ``vgpu``;
+    - ``virtual_functions``: SR-IOV virtual functions (a ``physfn`` link to their GPU), which are
+      slices of a GPU handed to VMs, not GPUs of this host: ``busId``, ``deviceId``, ``physfn`` (the
+      GPU's address) and ``driver``;
+    - ``unreadable``: NVIDIA functions whose class could not be read, so it is not known whether
+      they are GPUs: ``busId`` and ``problem``.
+
+    An unreadable or absent tree gives empty lists: a host without PCI has no GPUs on it.
     """
+    found = {"gpus": [], "virtual_functions": [], "unreadable": []}
     root = os.path.join(sysfs, "bus", "pci", "devices")
     try:
         names = sorted(os.listdir(root))
     except OSError:
-        return []
-    found = []
+        return found
     for name in names:
         path = os.path.join(root, name)
         if _hex(_read(os.path.join(path, "vendor"))) != NVIDIA_VENDOR:
             continue
-        klass = _hex(_read(os.path.join(path, "class")))
-        if klass is None or klass >> 8 not in GPU_CLASSES:
+        klass, device = _hex(_read(os.path.join(path, "class"))), _hex(_read(os.path.join(path, "device")))
+        if klass is None:
+            found["unreadable"].append({"busId": name, "problem": "cannot read %s" % os.path.join(path, "class")})
             continue
-        device = _hex(_read(os.path.join(path, "device")))
+        device_id = "0x%04x" % device if device is not None else None
+        if klass >> 8 not in GPU_CLASSES:
+            continue
         driver = os.path.join(path, "driver")
-        found.append({
+        driver = os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None
+        physfn = os.path.join(path, "physfn")
+        if os.path.islink(physfn):
+            found["virtual_functions"].append({"busId": name, "deviceId": device_id,
+                                               "physfn": os.path.basename(os.readlink(physfn)), "driver": driver})
+            continue
+        found["gpus"].append({
             "busId": name,
-            "deviceId": "0x%04x" % device if device is not None else None,
+            "deviceId": device_id,
             "class": "0x%06x" % klass,
             "model": MODELS.get(device),
-            "driver": os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None,
+            "driver": driver,
             "vgpu": is_vgpu(_read_bytes(os.path.join(path, "config"))),
         })
     return found
+
+
+def nvidia_gpus(sysfs="/sys"):
+    """The NVIDIA GPUs on the PCI bus, in bus order: ``nvidia_functions(sysfs)["gpus"]``."""
+    return nvidia_functions(sysfs)["gpus"]
 
 
 def _read_bytes(path):

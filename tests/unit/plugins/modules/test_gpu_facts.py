@@ -24,6 +24,9 @@ TITAN_XP_PCI = [{"busId": "0000:01:00.0", "deviceId": "0x1b02", "class": "0x0300
                  "driver": "nvidia", "vgpu": False}]
 
 
+TITAN_XP_FACT = dict(expected.TITAN_XP, pci_gpus=TITAN_XP_PCI, pci_virtual_functions=[], pci_unreadable=[])
+
+
 @pytest.fixture
 def titan_sysfs(tmp_path):
     add_pci_function(tmp_path, "0000:01:00.0", 0x10DE, 0x1B02, 0x030000, "nvidia")
@@ -36,14 +39,14 @@ def test_returns_facts_and_never_changes(nvml_simulator, capsys, titan_sysfs):
     code, result = run_module(capsys, {"sysfs": titan_sysfs})
     assert code == 0
     assert result["changed"] is False
-    assert result["ansible_facts"]["nvidia_gpu"] == dict(expected.TITAN_XP, pci_gpus=TITAN_XP_PCI)
+    assert result["ansible_facts"]["nvidia_gpu"] == TITAN_XP_FACT
 
 
 def test_check_mode_reports_the_same_facts(nvml_simulator, capsys, titan_sysfs):
     nvml_simulator.use("titan_xp")
     code, result = run_module(capsys, {"_ansible_check_mode": True, "sysfs": titan_sysfs})
     assert code == 0 and result["changed"] is False
-    assert result["ansible_facts"]["nvidia_gpu"] == dict(expected.TITAN_XP, pci_gpus=TITAN_XP_PCI)
+    assert result["ansible_facts"]["nvidia_gpu"] == TITAN_XP_FACT
 
 
 def test_a_host_without_a_driver_still_lists_its_gpus(nvml_simulator, capsys, titan_sysfs):
@@ -52,6 +55,24 @@ def test_a_host_without_a_driver_still_lists_its_gpus(nvml_simulator, capsys, ti
     fact = result["ansible_facts"]["nvidia_gpu"]
     assert code == 0 and fact["nvml_available"] is False and fact["cardList"] == []
     assert fact["pci_gpus"] == TITAN_XP_PCI
+
+
+def test_virtual_functions_are_apart_and_an_unreadable_function_is_named_with_a_warning(
+        nvml_simulator, capsys, tmp_path):
+    nvml_simulator.use("titan_xp")
+    add_pci_function(tmp_path, "0000:01:00.0", 0x10DE, 0x1B02, 0x030000, "nvidia")
+    add_pci_function(tmp_path, "0000:01:00.4", 0x10DE, 0x1B02, 0x030000, "nvidia", physfn="0000:01:00.0")
+    add_pci_function(tmp_path, "0000:02:00.0", 0x10DE, 0x1B02, 0x030000)
+    (tmp_path / "devices" / "pci0000:00" / "0000:02:00.0" / "class").unlink()
+    code, result = run_module(capsys, {"sysfs": str(tmp_path)})
+    fact = result["ansible_facts"]["nvidia_gpu"]
+    assert code == 0 and fact["pci_gpus"] == TITAN_XP_PCI
+    assert fact["pci_virtual_functions"] == [{"busId": "0000:01:00.4", "deviceId": "0x1b02", "physfn": "0000:01:00.0",
+                                              "driver": "nvidia"}]
+    assert [function["busId"] for function in fact["pci_unreadable"]] == ["0000:02:00.0"]
+    warnings = [warning["event"]["msg"] if isinstance(warning, dict) else warning for warning in result["warnings"]]
+    assert warnings == ["PCI function 0000:02:00.0 of NVIDIA: cannot read %s/bus/pci/devices/0000:02:00.0/class, "
+                        "so whether it is a GPU is not known" % tmp_path]
 
 
 def test_unknown_gather_subset_fails_before_touching_nvml(nvml_simulator, capsys):

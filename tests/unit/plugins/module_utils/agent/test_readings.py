@@ -64,8 +64,15 @@ def test_scrapes_and_ticks_from_two_threads_never_read_nvml_at_once(nvml_simulat
             inside[0] -= 1
 
     session.read = read
-    threads = [threading.Thread(target=lambda: [readings.scrape() for _ in range(20)]) for _ in range(2)]
-    threads.append(threading.Thread(target=lambda: [readings.tick() for _ in range(20)]))
+    def scrapes():
+        for _scrape in range(20):
+            readings.scrape()
+
+    def ticks():
+        for _tick in range(20):
+            readings.tick()
+
+    threads = [threading.Thread(target=scrapes), threading.Thread(target=scrapes), threading.Thread(target=ticks)]
     try:
         for thread in threads:
             thread.start()

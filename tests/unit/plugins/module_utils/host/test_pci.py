@@ -126,3 +126,35 @@ def test_no_gpus_on_the_bus_no_labels():
 @pytest.mark.parametrize("pci_gpus", ["0000:18:00.0", [None, 3, {"deviceId": 7}], {"deviceId": "0x2330"}])
 def test_hand_made_pci_lists_of_the_wrong_shape_give_no_labels(pci_gpus):
     assert desired_labels({"nvml_available": False, "cardList": [], "pci_gpus": pci_gpus}, "gpu/nvidia") == {}
+
+
+def test_sr_iov_virtual_functions_are_listed_apart_and_not_counted_as_gpus(tmp_path):
+    from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions
+
+    root = tmp_path / "sys"
+    add_function(root, "0000:3b:00.0", 0x10DE, 0x2330, 0x030200, "nvidia")     # one H100 with SR-IOV on
+    for number in range(4):
+        add_function(root, "0000:3b:00.%d" % (number + 4), 0x10DE, 0x2330, 0x030200, "nvidia",
+                     physfn="0000:3b:00.0")
+    found = nvidia_functions(str(root))
+    assert [gpu["busId"] for gpu in found["gpus"]] == ["0000:3b:00.0"]
+    assert nvidia_gpus(str(root)) == found["gpus"]
+    assert found["virtual_functions"] == [
+        {"busId": "0000:3b:00.%d" % (number + 4), "deviceId": "0x2330", "physfn": "0000:3b:00.0", "driver": "nvidia"}
+        for number in range(4)]
+    assert found["unreadable"] == []
+
+
+def test_a_function_whose_class_cannot_be_read_is_listed_as_unreadable_not_dropped(tmp_path):
+    from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions
+
+    root = tmp_path / "sys"
+    add_function(root, "0000:18:00.0", 0x10DE, 0x2330, 0x030200, "nvidia")
+    add_function(root, "0000:19:00.0", 0x10DE, 0x2330, 0x030200, "nvidia")
+    add_function(root, "0000:20:00.0", 0x8086, 0x1237, 0x060000)
+    (root / "devices" / "pci0000:00" / "0000:19:00.0" / "class").unlink()
+    (root / "devices" / "pci0000:00" / "0000:20:00.0" / "class").unlink()   # not NVIDIA's: not ours to report
+    found = nvidia_functions(str(root))
+    assert [gpu["busId"] for gpu in found["gpus"]] == ["0000:18:00.0"]
+    assert found["unreadable"] == [{"busId": "0000:19:00.0", "problem": "cannot read %s" % (
+        root / "bus" / "pci" / "devices" / "0000:19:00.0" / "class")}]

@@ -29,7 +29,7 @@ def client():
         port = probe.getsockname()[1]
     kubeconfig = {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
                   "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:%d" % port,
-                                                            "insecure-skip-tls-verify": True}}],
+                                                         "insecure-skip-tls-verify": True}}],
                   "users": [{"name": "u", "user": {"token": "t"}}]}
     return RestClient(kubeconfig, timeout=1, resource=SCV)
 
