@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
+
 from conftest import recap
 
 INVENTORY = """
@@ -70,6 +72,22 @@ def test_site_host_stages_in_check_mode_leave_this_machine_alone(ansible, scv_cr
     assert {path: path.exists() for path in watched} == before
 
 
+@pytest.mark.parametrize("extra, message", [
+    (("--tags", "drvier"), "unknown area(s) drvier in --tags or --skip-tags; drift.yml reads driver, toolkit, scv, "
+                           "labels. Nothing was read or changed."),
+    (("--tags", "scv", "--skip-tags", "lables"), "unknown area(s) lables in --tags or --skip-tags"),
+    (("-e", "scv_gpu_hosts=gpu_fleet"), "no host of the inventory matches gpu_fleet: put the GPU nodes in the group "
+                                         "gpu_nodes, or set scv_gpu_hosts. Nothing was read or changed."),
+], ids=["typo", "skip-typo", "no-hosts"])
+def test_drift_refuses_what_it_cannot_read_instead_of_saying_no_drift(ansible, control_plane, tmp_path, extra,
+                                                                      message):
+    hosts = inventory(tmp_path, control_plane, "drift-refused")
+    done = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--check", *extra)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert " ".join(message.split()) in " ".join(done.stdout.split())
+    assert "no drift" not in done.stdout
+
+
 def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tmp_path):
     plane = scv_crd
     node = "drift-node-%s" % ansible.version.replace(".", "-")
@@ -83,7 +101,7 @@ def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tm
     forgot = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
                               "-e", "ansible_become=false")
     assert forgot.returncode == 2 and "Run drift.yml with --check" in forgot.stdout + forgot.stderr
-    assert recap(forgot.stdout)["ok"] == 0
+    assert recap(forgot.stdout)["ok"] == 1    # only the first play's check of the tags and hosts
 
     clean = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
                              "-e", "ansible_become=false", "--check", "--diff")
