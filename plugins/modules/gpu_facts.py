@@ -156,7 +156,7 @@ ansible_facts:
                     "driver": "nvidia", "vgpu": false}]
         pci_virtual_functions:
           description:
-            - SR-IOV virtual functions of NVIDIA GPUs (a C(physfn) link to their GPU): slices of a GPU given to
+            - SR-IOV virtual functions of NVIDIA GPUs (a C(physfn) link to their GPU), slices of a GPU given to
               VMs, not GPUs of this host, so they are not in C(pci_gpus) and count for no label. C(physfn) is
               the address of their GPU.
           returned: always

@@ -119,7 +119,7 @@ pci_gpus:
   sample: [{"busId": "0000:18:00.0", "deviceId": "0x2330", "model": "NVIDIA H100 80GB HBM3", "driver": "nvidia"}]
 pci_virtual_functions:
   description:
-    - SR-IOV virtual functions of NVIDIA GPUs (a C(physfn) link to their GPU), listed apart: they are not GPUs of this
+    - SR-IOV virtual functions of NVIDIA GPUs (a C(physfn) link to their GPU), listed apart, since they are not GPUs of this
       host, and C(nvml_missing) does not count them.
   returned: always
   type: list

@@ -242,3 +242,45 @@ def test_the_agents_requests_give_up_on_a_server_that_never_answers(access, stal
         took = time.monotonic() - start
         assert stalled_server.accepted.is_set()
         assert 1.4 < took < 4.0, took
+
+
+def _kubeconfig(path, server, ca_file, cert, key):
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "u", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"}))
+    return path
+
+
+def test_an_expired_client_certificate_is_named_with_its_file_and_expiry(access, tmp_path):
+    plane = access
+    ca = CertificateAuthority.load(plane.directory / "pki")
+    cert, key = ca.issue("expired-node", "system:node:expired-node", "system:nodes",
+                         lifetime=datetime.timedelta(seconds=-60))   # not valid after a minute ago
+    expired = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=60)
+    client = RestClient.from_file(str(_kubeconfig(tmp_path / "kubelet.conf", plane.server, plane.state["ca"], cert,
+                                                  key)), timeout=5, resource=SCV)
+    with pytest.raises(ApiError) as refused:
+        client.get("expired-node")
+    message = str(refused.value)
+    assert "HTTP 401" in message and "the client certificate %s expired on " % cert in message
+    stamp = message.rsplit("expired on ", 1)[1][:19]
+    assert abs(datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+               - expired) < datetime.timedelta(seconds=5)
+
+
+def test_another_clusters_ca_is_named_not_taken_for_the_network(access, tmp_path):
+    plane = access
+    (tmp_path / "other").mkdir()
+    other = CertificateAuthority(tmp_path / "other")          # a CA that did not sign this API server
+    ours = CertificateAuthority.load(plane.directory / "pki")
+    cert, key = ours.issue("other-ca-node", "system:node:other-ca-node", "system:nodes")
+    kubeconfig = _kubeconfig(tmp_path / "kubelet.conf", plane.server, other.cert_path, cert, key)
+    client = RestClient.from_file(str(kubeconfig), timeout=5, resource=SCV)
+    with pytest.raises(ApiError) as refused:
+        client.get("other-ca-node")
+    message = str(refused.value)
+    assert "is not vouched for by %s (unable to get local issuer certificate)" % other.cert_path in message
+    assert "Check certificate-authority in %s" % kubeconfig in message
+    assert "unreachable" not in message

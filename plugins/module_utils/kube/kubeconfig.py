@@ -70,6 +70,19 @@ def select_context(kubeconfig, origin):
     return context_name, cluster, user_name, user
 
 
+def not_after(certificate_file):
+    """When the first certificate in ``certificate_file`` (PEM) expires, in seconds since the epoch; None if unknown.
+
+    The standard library has no public certificate parser; CPython's ``ssl`` module decodes one for its
+    own tests, and a certificate that does not decode costs only this detail of an error message.
+    """
+    try:
+        decoded = ssl._ssl._test_decode_cert(certificate_file)  # pylint: disable=protected-access
+        return ssl.cert_time_to_seconds(decoded["notAfter"])
+    except Exception:  # pylint: disable=broad-exception-caught
+        return None
+
+
 class Credentials:
     """The TLS context and token of one reading of a kubeconfig, and the files it came from."""
 
@@ -87,11 +100,15 @@ class Credentials:
             raise ApiError("%s: server %s is not an https:// address" % (origin, self.server))
         self.host, self.port, self.prefix = url.hostname, url.port or 443, url.path
         self.files = []           # files read, watched for rotation
+        self.certificate_expiry = None   # the client certificate's notAfter (seconds since the epoch), if known
         material = hashlib.sha256()
         private = tempfile.mkdtemp(prefix="scv-agent-")  # mode 0700: inline (-data) keys, removed below
 
+        sources = {}
+
         def path_of(entry, key):
             if entry.get(key + "-data"):
+                sources[key] = "the %s-data of %s" % (key, origin)
                 try:
                     data = base64.b64decode(entry[key + "-data"], validate=True)
                 except (binascii.Error, TypeError, ValueError) as error:
@@ -103,7 +120,7 @@ class Credentials:
                 material.update(data)
                 return target
             if entry.get(key):
-                path = os.path.join(base_dir, entry[key])
+                path = sources[key] = os.path.join(base_dir, entry[key])
                 self.files.append(path)
                 try:
                     with open(path, "rb") as stream:
@@ -123,12 +140,16 @@ class Credentials:
                 key = path_of(user, "client-key")
                 if certificate:
                     self.ssl.load_cert_chain(certificate, key or certificate)
+                    self.certificate_expiry = not_after(certificate)
             except (ssl.SSLError, ValueError) as error:
                 raise ApiError("%s: the certificates or key of user %s cannot be used: %s"
                                % (origin, user_name, error)) from error
         finally:
             # The context holds the keys now (or nothing does): inline ones never outlive this.
             shutil.rmtree(private, ignore_errors=True)
+        # What error messages name: where the CA and the client certificate came from.
+        self.ca_source = sources.get("certificate-authority", "the system's CA certificates")
+        self.certificate_source = sources.get("client-certificate")
         self.token = user.get("token")
         if not self.token and user.get("tokenFile"):
             path = os.path.join(base_dir, user["tokenFile"])

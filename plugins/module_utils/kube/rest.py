@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import socket
+import ssl
+import time
 import urllib.parse
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, is_missing_object, missing_definition
@@ -114,6 +116,11 @@ class RestTransport:
         return path + ("?" + urllib.parse.urlencode(query) if query else "")
 
     def unreachable(self, verb, target, error, timeout):
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return ApiError("cannot %s %s: the API server at %s is not vouched for by %s (%s): is that this "
+                            "cluster's CA? Check certificate-authority in %s" % (
+                                verb, target, self.server, self._credentials.ca_source,
+                                error.verify_message or error, self._path_name or "the kubeconfig"))
         if isinstance(error, socket.timeout):
             return ApiError("cannot %s %s: the Kubernetes API at %s did not answer within %g s"
                             % (verb, target, self.server, timeout))
@@ -158,6 +165,11 @@ class RestTransport:
             if status == 401:
                 message += " (the credentials from %s were rejected; they are read again before the next request)" % (
                     self._path_name or "the kubeconfig")
+                expiry = self._credentials.certificate_expiry
+                if expiry is not None and expiry < time.time():
+                    message += ": the client certificate %s expired on %s" % (
+                        self._credentials.certificate_source,
+                        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expiry)))
             raise ApiError("cannot %s %s: HTTP %s from %s: %s" % (verb, target, status, self.server, message),
                            conflict=status == 409, status=status)
         return json.loads(payload) if payload else {}

@@ -64,6 +64,7 @@ def test_scrapes_and_ticks_from_two_threads_never_read_nvml_at_once(nvml_simulat
             inside[0] -= 1
 
     session.read = read
+
     def scrapes():
         for _scrape in range(20):
             readings.scrape()
