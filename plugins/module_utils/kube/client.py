@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import ssl
 import threading
+import time
 import traceback
 
 try:
@@ -50,7 +52,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import (
     missing_definition,
     retry_on_conflict,
 )
-from ansible_collections.scv.gpu.plugins.module_utils.kube.kubeconfig import load_kubeconfig, select_context
+from ansible_collections.scv.gpu.plugins.module_utils.kube.kubeconfig import load_kubeconfig, not_after, select_context
 from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER, NODE
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
@@ -91,8 +93,14 @@ def deadline(seconds):
         signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
 
 
-def explain(error, verb, target, server, timeout=None, resource=None):
-    """Turn an exception from the kubernetes client into an ApiError; ``resource`` is the ApiResource asked for."""
+def explain(error, verb, target, server, timeout=None, resource=None, connection=None):
+    """Turn an exception from the kubernetes client into an ApiError; ``resource`` is the ApiResource asked for,
+    ``connection`` what ``_connection_of`` says of the connection (for TLS and credential messages)."""
+    _server, ca, certificate = connection or (server, "the kubeconfig's certificate-authority", None)
+    failure = _tls_verification_failure(error)
+    if failure is not None:
+        return ApiError("cannot %s %s: the API server at %s is not vouched for by %s (%s): is that this cluster's CA?"
+                        % (verb, target, server, ca, failure.verify_message or failure))
     if isinstance(error, DeadlinePassed):
         return ApiError("cannot %s %s: the Kubernetes API at %s did not answer within %s (raise request_timeout "
                         "if the server is slow rather than stalled)"
@@ -110,8 +118,12 @@ def explain(error, verb, target, server, timeout=None, resource=None):
         if isinstance(summary, bytes):
             summary = summary.decode("utf-8", "replace")
         if error.status == 401:
-            return ApiError("cannot %s %s: the API server at %s does not accept these credentials (401): %s"
-                            % (verb, target, server, summary))
+            expiry = not_after(certificate) if certificate else None
+            expired = ("; the client certificate %s expired on %s" % (
+                certificate, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expiry)))
+                if expiry is not None and expiry < time.time() else "")
+            return ApiError("cannot %s %s: the API server at %s does not accept these credentials (401): %s%s"
+                            % (verb, target, server, summary, expired))
         if error.status == 403:
             return ApiError("cannot %s %s: forbidden (403): %s" % (verb, target, summary))
         if error.status == 409:
@@ -129,20 +141,40 @@ def explain(error, verb, target, server, timeout=None, resource=None):
     return ApiError("cannot %s %s: %s" % (verb, target, error))
 
 
-def _server_of(params):
-    """The API server that connection options point at, for messages: host, else the kubeconfig's."""
+def _connection_of(params):
+    """What messages say of the connection the options point at: (server, CA source, client certificate file)."""
     if params.get("host"):
-        return params["host"]
+        return params["host"], params.get("ca_cert") or "the system's CA certificates", params.get("client_cert")
     try:
         kubeconfig = params.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG") or os.environ.get(
             "KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]
+        base = "."
         if not isinstance(kubeconfig, dict):
-            kubeconfig = load_kubeconfig(os.path.expanduser(kubeconfig))
+            path = os.path.expanduser(kubeconfig)
+            kubeconfig, base = load_kubeconfig(path), os.path.dirname(path)
         if params.get("context"):
             kubeconfig = dict(kubeconfig, **{"current-context": params["context"]})
-        return select_context(kubeconfig, "the kubeconfig")[1]["server"]
-    except (OSError, ValueError, ApiError):
-        return "the API server"
+        _name, cluster, _user_name, user = select_context(kubeconfig, "the kubeconfig")
+        ca = (os.path.join(base, cluster["certificate-authority"]) if cluster.get("certificate-authority") else
+              "the kubeconfig's certificate-authority-data" if cluster.get("certificate-authority-data") else
+              "the system's CA certificates")
+        certificate = os.path.join(base, user["client-certificate"]) if user.get("client-certificate") else None
+        return cluster["server"], ca, certificate
+    except (OSError, ValueError, ApiError, KeyError, TypeError, AttributeError):
+        return "the API server", "the kubeconfig's certificate-authority", None
+
+
+def _tls_verification_failure(error):
+    """The ssl.SSLCertVerificationError somewhere behind ``error`` (urllib3 wraps it twice), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return error
+        reason = getattr(error, "reason", None)   # urllib3's MaxRetryError; an API error's reason is a string
+        error = (reason if isinstance(reason, BaseException) else None) or error.__cause__ or error.__context__ or next(
+            (arg for arg in getattr(error, "args", ()) if isinstance(arg, BaseException)), None)
+    return None
 
 
 class ResourceClient:
@@ -153,7 +185,7 @@ class ResourceClient:
         self.resource_type = resource
         self._resource = None
         self.server = k8s_client.configuration.host
-        self.timeout = None
+        self.connection = None     # what _connection_of says, for messages        self.timeout = None
 
     @classmethod
     def connect(cls, module=None, resource=NODE, **auth):
@@ -169,9 +201,11 @@ class ResourceClient:
             with deadline(timeout):
                 client = cls(get_api_client(module=module, **auth), resource)
         except (Exception, DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
-            raise explain(error, "connect to", "the Kubernetes API", _server_of(params),
-                          timeout) from error
+            connection = _connection_of(params)
+            raise explain(error, "connect to", "the Kubernetes API", connection[0], timeout,
+                          connection=connection) from error
         client.timeout = timeout
+        client.connection = _connection_of(params)
         return client
 
     def _call(self, verb, target, function, *args, **kwargs):
@@ -179,7 +213,8 @@ class ResourceClient:
             with deadline(self.timeout):
                 return function(*args, **kwargs)
         except (Exception, DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
-            raise explain(error, verb, target, self.server, self.timeout, self.resource_type) from error
+            raise explain(error, verb, target, self.server, self.timeout, self.resource_type,
+                          self.connection) from error
 
     @staticmethod
     def _write_options(check_mode):
@@ -196,7 +231,8 @@ class ResourceClient:
         except (Exception, DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
             if isinstance(error, NotFoundError) and is_missing_object(error.body):
                 return missing
-            raise explain(error, verb, target, self.server, self.timeout, self.resource_type) from error
+            raise explain(error, verb, target, self.server, self.timeout, self.resource_type,
+                          self.connection) from error
 
     @property
     def resource(self):
