@@ -127,3 +127,58 @@ def test_a_bad_flag_is_refused_before_anything_starts(agent_command):
     assert "log-level from the flag --log-level: 'verbose' cannot be used: expected one of DEBUG" in done.stderr
     assert "metrics-address from the flag --metrics-address: '0.0.0.0' cannot be used: expected host:port" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_sighup_reads_the_kubeconfig_again_and_says_so(access, agent_command, node, tmp_path):
+    agent = AgentProcess(agent_command, access, node, tmp_path)
+    try:
+        agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 1, 20)
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: "SIGHUP: the kubeconfig %s read again (the same credentials)"
+                       % access.node_kubeconfig(node) in agent.log.read_text(), 5)
+        assert agent.metrics()["scv_agent_credential_reloads_total"] == 0   # nothing differed
+    finally:
+        agent.stop()
+
+
+def _threads(pid):
+    return len(os.listdir("/proc/%d/task" % pid))
+
+
+def test_idle_connections_hold_at_most_a_bounded_number_of_threads(access, agent_command, node, tmp_path):
+    agent = AgentProcess(agent_command, access, node, tmp_path)
+    sockets = []
+    try:
+        agent.wait_for(lambda: healthz(agent)[0] == 200, 20)
+        before = _threads(agent.process.pid)
+        for _connection in range(40):                   # half-open: connected, never a request
+            sockets.append(socket.create_connection(("127.0.0.1", agent.port), timeout=5))
+        time.sleep(1)
+        assert _threads(agent.process.pid) <= before + 8
+        for held in sockets:
+            held.close()
+        sockets = []
+        agent.wait_for(lambda: healthz(agent)[0] == 200, 30)   # the queue drains as the idle ones time out
+        assert agent.process.poll() is None
+    finally:
+        for held in sockets:
+            held.close()
+        agent.stop()
+
+
+@pytest.mark.parametrize("form", ["[::1]:%d", ":%d"], ids=["ipv6", "port-only"])
+def test_the_metrics_address_takes_ipv6_and_port_only_forms(access, agent_command, node, tmp_path, form):
+    from test_scv_agent import free_port
+
+    port = free_port()
+    agent = AgentProcess(agent_command, access, node, tmp_path, extra=("--metrics-address", form % port))
+    url = "http://%s:%d/healthz" % ("[::1]" if form.startswith("[") else "127.0.0.1", port)
+
+    def answers():
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+
+    try:
+        agent.wait_for(answers, 20)
+    finally:
+        agent.stop()

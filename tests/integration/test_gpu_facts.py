@@ -130,3 +130,18 @@ def test_module_documentation_loads(ansible):
                           env=ansible.env(), capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "gather_subset" in done.stdout and "nvidia_gpu" in done.stdout
+
+
+def test_an_unreadable_pci_function_is_listed_with_a_warning(ansible, tmp_path):
+    from pci_sysfs import add_function
+
+    add_function(tmp_path, "0000:01:00.0", 0x10DE, 0x1B02, 0x030000, "nvidia")
+    add_function(tmp_path, "0000:01:00.4", 0x10DE, 0x1B02, 0x030000, "nvidia", physfn="0000:01:00.0")
+    add_function(tmp_path, "0000:02:00.0", 0x10DE, 0x1B02, 0x030000)
+    (tmp_path / "devices" / "pci0000:00" / "0000:02:00.0" / "class").unlink()
+    ok, result = ansible.module({"sysfs": str(tmp_path)}, scenario="titan_xp")
+    fact = result["ansible_facts"]["nvidia_gpu"]
+    assert ok and [gpu["busId"] for gpu in fact["pci_gpus"]] == ["0000:01:00.0"]
+    assert [function["busId"] for function in fact["pci_virtual_functions"]] == ["0000:01:00.4"]
+    assert "PCI function 0000:02:00.0 of NVIDIA: cannot read %s/bus/pci/devices/0000:02:00.0/class, so whether it " \
+           "is a GPU is not known" % tmp_path in ansible.last_output

@@ -73,3 +73,20 @@ def test_a_role_refuses_a_bad_node_name_as_its_first_task(ansible, tmp_path, rol
     assert "nothing was changed" in done.stdout
     recap = done.stdout.split("PLAY RECAP")[1]
     assert "changed=0" in recap and "failed=1" in recap   # after the argument spec, the first task
+
+
+@pytest.mark.parametrize("variable, value, expected", [
+    ("scv_agent_default_interval", -5, "expected a number from 100 to 3600000 (milliseconds)"),
+    ("scv_agent_counters_interval", 0, "expected a number from 1 to 3600 (seconds)"),
+    ("scv_agent_request_timeout", 0, "expected a number from 0.1 to 300 (seconds)"),
+])
+def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansible, tmp_path, variable, value,
+                                                                          expected):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "roles": [
+        {"role": "scv.gpu.scv_agent", "vars": {variable: value, "scv_agent_node_name": "node-a"}}]}]))
+    done = ansible.playbook(str(playbook), None, "--check")
+    assert done.returncode != 0
+    assert "%s: %s is out of range; %s. Nothing was changed." % (variable, value, expected) in \
+        " ".join(done.stdout.split())
+    assert "changed=0" in done.stdout.split("PLAY RECAP")[1]

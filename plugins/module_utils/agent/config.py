@@ -43,17 +43,6 @@ def _boolean(text):
     raise ValueError("expected true or false")
 
 
-def _positive(kind, minimum, inclusive=True):
-    def convert(text):
-        if isinstance(text, bool):
-            raise ValueError("expected a number")
-        value = kind(text)
-        if value < minimum or (not inclusive and value == minimum):
-            raise ValueError("expected a number %s %s" % (">=" if inclusive else ">", minimum))
-        return value
-    return convert
-
-
 def _bounded(kind, minimum, maximum):
     def convert(text):
         if isinstance(text, bool):
@@ -124,18 +113,18 @@ OPTIONS = (
     ("kubeconfig", str, "/etc/kubernetes/kubelet.conf", False,
      "kubeconfig to authenticate with (default: the kubelet's, so the node writes as itself)"),
     ("node-name", _node_name, _node_name_default, False, "the Kubernetes node name (default: $NODE_NAME, else the host name)"),
-    ("default-interval", _positive(int, 1), DEFAULT_UPDATE_INTERVAL_MS, True,
+    ("default-interval", _bounded(int, 100, 3600000), DEFAULT_UPDATE_INTERVAL_MS, True,
      "spec.updateInterval (ms) for an Scv the agent creates, and the interval while the Scv has none"),
-    ("watch-timeout", _positive(int, 1), 300, True, "seconds per watch request"),
-    ("request-timeout", _positive(float, 0, inclusive=False), 10.0, False,
+    ("watch-timeout", _bounded(int, 1, 3600), 300, True, "seconds per watch request"),
+    ("request-timeout", _bounded(float, 0.1, 300), 10.0, False,
      "seconds to wait for the API server's answer before a request fails"),
-    ("counters-interval", _positive(float, 0, inclusive=False), 30.0, True,
+    ("counters-interval", _bounded(float, 1, 3600), 30.0, True,
      "least seconds between reads of the costly counters (energy, PCIe replays, NVLink, vGPU licence) and of GPM "
      "(engine activity), which are read at a scrape of /metrics; dcgm-exporter collects every 30 s"),
     ("counters-file", _counters_file, "", True,
      "a counters file in dcgm-exporter's CSV format (name, type, help) naming the DCGM series to serve; "
      "'' serves every one the agent has"),
-    ("static-refresh", _positive(float, 0), 600.0, True,
+    ("static-refresh", _bounded(float, 0, 86400), 600.0, True,
      "seconds between reads of each card's static readings (identity, maximum clocks, power limit, PCIe, ECC and "
      "MIG mode); NVML errors that call for it read them at once"),
     ("node-condition", _boolean, True, False,
@@ -143,7 +132,7 @@ OPTIONS = (
     ("xid-actions", _xid_actions, _no_xid_actions, True,
      "what an XID calls for: none (the card stays Healthy), reset or reboot (the card is Unhealthy); overrides the "
      "built-in table (flag: --xid-action XID=ACTION, repeated)"),
-    ("xid-hold", _positive(float, 0), 600.0, True,
+    ("xid-hold", _bounded(float, 0, 86400), 600.0, True,
      "seconds an XID that calls for a reset or reboot keeps its card Unhealthy (0: until NVML is initialised again)"),
     ("taint-kubeconfig", str, "", False,
      "kubeconfig of an identity allowed to taint Nodes (a node's own is not): with it, the agent puts "

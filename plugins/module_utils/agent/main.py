@@ -87,8 +87,14 @@ class Reloader:
         for name in later:   # kept as they are until the next start
             new.values[name], new.sources[name] = self.config.values[name], self.config.sources[name]
         apply(self.agent, new)
-        # A reload is also how an operator (or the mig_layout role) says the GPUs changed under the agent.
+        # A reload is also how an operator (or the mig_layout role) says the GPUs changed under the agent,
+        # or that its credentials did: the kubeconfig and the files it names are read again now.
         self.agent.session.refresh_static()
+        for client in (self.agent.client, self.agent.taint.client if self.agent.taint else None):
+            if client is not None:
+                differ = client.reload(force=True)
+                LOG.info("SIGHUP: the kubeconfig %s read again (%s)", client.path or "in use",
+                         "the credentials changed" if differ else "the same credentials")
         self.config = new
         self.agent.counters.bump("reloads")
         LOG.info("SIGHUP: configuration read again (changed: %s); the GPUs' static readings are read again at the "

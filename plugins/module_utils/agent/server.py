@@ -7,10 +7,47 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
+
+
+# Connections served at once: Prometheus, a probe and an operator's curl need a few; more wait in the
+# listen queue (and those past it are refused by the kernel) instead of each holding a thread.
+MAX_CONNECTIONS = 8
+
+
+class BoundedServer(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``MAX_CONNECTIONS`` connections at once."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, address, handler):
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address):
+        self.slots.acquire()     # the accepting thread waits for a slot: the next connection waits in the queue
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class BoundedServer6(BoundedServer):
+    """The same on an IPv6 address (``--metrics-address [::1]:9400``)."""
+
+    address_family = socket.AF_INET6
 
 
 def serve(agent, host, port):
@@ -41,7 +78,6 @@ def serve(agent, host, port):
         def log_message(self, *_args):
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = (BoundedServer6 if ":" in host else BoundedServer)((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server

@@ -69,6 +69,11 @@ class RestTransport:
             return True
         return any(file_signature(name) != signature for name, signature in self._signatures.items())
 
+    @property
+    def path(self):
+        """The kubeconfig file read, or None for a kubeconfig given as a dict."""
+        return self._path_name
+
     def reload(self, force=False):
         """Reads the credentials again when their files changed (or ``force``); True when they differ now.
 

@@ -70,9 +70,7 @@ def test_virtual_functions_are_apart_and_an_unreadable_function_is_named_with_a_
     assert fact["pci_virtual_functions"] == [{"busId": "0000:01:00.4", "deviceId": "0x1b02", "physfn": "0000:01:00.0",
                                               "driver": "nvidia"}]
     assert [function["busId"] for function in fact["pci_unreadable"]] == ["0000:02:00.0"]
-    warnings = [warning["event"]["msg"] if isinstance(warning, dict) else warning for warning in result["warnings"]]
-    assert warnings == ["PCI function 0000:02:00.0 of NVIDIA: cannot read %s/bus/pci/devices/0000:02:00.0/class, "
-                        "so whether it is a GPU is not known" % tmp_path]
+    # the warning: tests/integration/test_gpu_facts.py, through ansible itself
 
 
 def test_unknown_gather_subset_fails_before_touching_nvml(nvml_simulator, capsys):

@@ -46,7 +46,16 @@ def test_the_file_can_come_from_the_environment_and_flags_keep_their_old_spellin
     (["--log-level", "verbose"], {}, "log-level from the flag --log-level: 'verbose' cannot be used: expected one of"),
     (["--metrics-address", "0.0.0.0"], {}, "metrics-address from the flag --metrics-address: '0.0.0.0' cannot be used"),
     (["--default-interval", "0"], {}, "default-interval from the flag --default-interval: '0' cannot be used: "
-                                      "expected a number >= 1"),
+                                      "expected a number from 100 to 3600000"),
+    (["--default-interval", "50"], {}, "'50' cannot be used: expected a number from 100 to 3600000"),
+    (["--watch-timeout", "0"], {}, "watch-timeout from the flag --watch-timeout: '0' cannot be used: expected a "
+                                   "number from 1 to 3600"),
+    (["--counters-interval", "0.5"], {}, "'0.5' cannot be used: expected a number from 1 to 3600"),
+    (["--pod-resources-interval", "0"], {}, "'0' cannot be used: expected a number from 1 to 3600"),
+    (["--request-timeout", "3600"], {}, "'3600' cannot be used: expected a number from 0.1 to 300"),
+    (["--node-name", "GPU_7"], {}, "node-name from the flag --node-name: 'GPU_7' cannot be used: 'GPU_7' is not a "
+                                   "Kubernetes node name"),
+    ([], {"NODE_NAME": "node/7"}, "node-name from the default: 'node/7' cannot be used"),
     ([], {"SCV_GPU_AGENT_REQUEST_TIMEOUT": "0"}, "request-timeout from the environment "
                                                  "SCV_GPU_AGENT_REQUEST_TIMEOUT: '0' cannot be used"),
     ([], {"SCV_GPU_AGENT_XID_ACTIONS": "79=explode"}, "bad XID action '79=explode'"),
@@ -78,6 +87,6 @@ def test_a_missing_file_is_refused(tmp_path):
 
 
 def test_changed_names_what_differs_and_only_some_settings_reload():
-    before, after = load([], {"NODE_NAME": "a"}), load(["--default-interval", "5"], {"NODE_NAME": "b"})
+    before, after = load([], {"NODE_NAME": "a"}), load(["--default-interval", "500"], {"NODE_NAME": "b"})
     assert before.changed(after) == ["node-name", "default-interval"]
     assert config.reloadable("default-interval") and not config.reloadable("node-name")
