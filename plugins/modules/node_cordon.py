@@ -85,7 +85,9 @@ outcome:
   description:
     - V(cordoned) or V(uncordoned) when this run changed the node (or would, in check mode).
     - V(ours) when the node already carries O(owner)'s cordon.
-    - V(foreign) when someone else cordoned the node; it is left as it is.
+    - V(foreign) when someone else cordoned the node, or cordoned it again after our cordon was lifted by hand (the
+      node's C(managedFields) say who set C(spec.unschedulable) last); it stays cordoned, and a stale mark of ours
+      is removed.
     - V(schedulable) when there was no cordon to lift.
   returned: always
   type: str
@@ -95,13 +97,25 @@ unschedulable:
   returned: always
   type: bool
   sample: true
+cordoned_by:
+  description: The field managers that own the node's C(spec.unschedulable) now (C(scv.gpu) for ours, C(kubectl-cordon) for
+    C(kubectl cordon)); empty when nobody does or the API server does not say.
+  returned: always
+  type: list
+  elements: str
+  sample: [kubectl-cordon]
+msg:
+  description: Whose cordon it is, when the node stays cordoned for someone else.
+  returned: when O(outcome) is V(foreign)
+  type: str
+  sample: "node gpu-7 stays cordoned: its cordon is kubectl-cordon's, not ours"
 """
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeClient
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
-from ansible_collections.scv.gpu.plugins.module_utils.node.cordon import ANNOTATION, cordon, uncordon
+from ansible_collections.scv.gpu.plugins.module_utils.node.cordon import ANNOTATION, cordon, cordoned_by, uncordon
 
 
 def _view(node):
@@ -135,7 +149,11 @@ def main():
                                                 module.check_mode)
     except ApiError as error:
         module.fail_json(msg=str(error))
-    result = dict(changed=changed, outcome=outcome, unschedulable=_view(after)["unschedulable"])
+    result = dict(changed=changed, outcome=outcome, unschedulable=_view(after)["unschedulable"],
+                  cordoned_by=cordoned_by(after) or [])
+    if outcome == "foreign":
+        result["msg"] = "node %s stays cordoned: its cordon is %s's, not ours" % (
+            params["name"], ", ".join(cordoned_by(before) or ["someone else"]))
     if module._diff:
         result["diff"] = {"before": _view(before), "after": _view(after)}
     module.exit_json(**result)
