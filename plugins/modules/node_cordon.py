@@ -106,7 +106,7 @@ cordoned_by:
   sample: [kubectl-cordon]
 msg:
   description: Whose cordon it is, when the node stays cordoned for someone else.
-  returned: when O(outcome) is V(foreign)
+  returned: when RV(outcome) is V(foreign)
   type: str
   sample: "node gpu-7 stays cordoned: its cordon is kubectl-cordon's, not ours"
 """

@@ -90,4 +90,3 @@ def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansibl
     assert "%s: %s is out of range; %s. Nothing was changed." % (variable, value, expected) in \
         " ".join(done.stdout.split())
     assert "changed=0" in done.stdout.split("PLAY RECAP")[1]
-
