@@ -37,7 +37,10 @@ def load_kubeconfig(path):
         import yaml
     except ImportError:
         return json.loads(text)
-    return yaml.safe_load(text)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError("it is not YAML: %s" % " ".join(str(error).split())) from error
 
 
 def file_signature(path):
@@ -51,6 +54,12 @@ def file_signature(path):
 
 def select_context(kubeconfig, origin):
     """(context name, cluster, user name, user) of the current context; an ApiError if there is none."""
+    if not isinstance(kubeconfig, dict):
+        raise ApiError("%s is not a kubeconfig: it holds %s, not a mapping with clusters, users and contexts"
+                       % (origin, "nothing" if kubeconfig is None else "a %s" % type(kubeconfig).__name__))
+    if not any(kubeconfig.get(key) for key in ("clusters", "contexts", "users")):
+        raise ApiError("%s is not a kubeconfig: it has no clusters, contexts or users (keys: %s)"
+                       % (origin, ", ".join(sorted(map(str, kubeconfig))) or "none"))
     try:
         context_name = kubeconfig.get("current-context")
         contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or []}
