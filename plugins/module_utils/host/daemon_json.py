@@ -92,6 +92,17 @@ def depth(document):
     return deepest
 
 
+def json_kind(value):
+    """What JSON calls ``value``'s type: null, boolean, number, string, array or object."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
 def parse(text, path):
     """The document in ``text`` (a dict); empty text is ``{}``.
 
@@ -122,7 +133,7 @@ def parse(text, path):
         raise DaemonJsonError("%s: %s; keep one of them, the file was left untouched" % (path, error)) from error
     if not isinstance(document, dict):
         raise DaemonJsonError("%s holds a JSON %s at the top level, but daemon.json must be an object "
-                              "({...}); the file was left untouched" % (path, type(document).__name__))
+                              "({...}); the file was left untouched" % (path, json_kind(document)))
     if depth(document) > MAX_DEPTH:
         raise DaemonJsonError("%s nests arrays or objects more than %d levels deep; no daemon.json needs more "
                               "than a few. Fix it; the file was left untouched" % (path, MAX_DEPTH))
@@ -179,7 +190,7 @@ def merge(document, runtime_path, runtime_args, default_runtime, settings):
         runtimes = merged["runtimes"] = {}
     elif not isinstance(runtimes, dict):
         raise DaemonJsonError("runtimes is a JSON %s, but Docker expects an object of runtimes; "
-                              "fix it in daemon.json first" % type(runtimes).__name__)
+                              "fix it in daemon.json first" % json_kind(runtimes))
     nvidia = runtimes.get(RUNTIME_NAME)
     nvidia = dict(nvidia) if isinstance(nvidia, dict) else {}
     nvidia["path"] = runtime_path

@@ -82,7 +82,7 @@ def test_seed_settings_and_foreign_keys_are_kept_and_rerun_changes_nothing(capsy
 
 @pytest.mark.parametrize("text, message", [
     ('{"debug": true,,}', "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 16"),
-    ('["not", "an", "object"]', "holds a JSON list at the top level"),
+    ('["not", "an", "object"]', "holds a JSON array at the top level"),
     ('{"a": 1, "a": 2}', 'the key "a" appears more than once'),
 ])
 def test_bad_file_is_refused_and_left_untouched(capsys, paths, text, message):

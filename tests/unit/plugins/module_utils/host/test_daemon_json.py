@@ -153,7 +153,8 @@ def test_invalid_json_names_file_and_position():
     assert "left untouched" in str(error.value)
 
 
-@pytest.mark.parametrize("text, kind", [("[1, 2]", "list"), ('"nvidia"', "str"), ("3", "int")])
+@pytest.mark.parametrize("text, kind", [("[1, 2]", "array"), ('"nvidia"', "string"), ("3", "number"),
+                                        ("null", "null"), ("true", "boolean")])
 def test_non_object_is_refused(text, kind):
     with pytest.raises(DaemonJsonError) as error:
         parse(text, "/etc/docker/daemon.json")
