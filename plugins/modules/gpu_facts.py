@@ -140,6 +140,12 @@ ansible_facts:
           returned: always
           type: str
           sample: "libnvidia-ml.so.1 was not found: the NVIDIA driver is not installed (or its library is not in the loader's search path)"
+        system_errors:
+          description: The driver, NVML or CUDA version queries that failed, each with NVML's answer; their keys are
+            left out of the facts, and the module warns about each.
+          returned: when one of those queries failed
+          type: dict
+          sample: {"driver_version": "Unknown Error"}
         pci_gpus:
           description:
             - The NVIDIA GPUs on the PCI bus (vendor 0x10de, class VGA or 3D controller), from sysfs, whether
@@ -451,6 +457,8 @@ def main():
         module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
 
     fact = collect(subsets)
+    for key, reason in sorted((fact.get("system_errors") or {}).items()):
+        module.warn("%s could not be read, so it is left out of the facts: NVML answered %s" % (key, reason))
     functions = nvidia_functions(module.params["sysfs"])
     fact["pci_gpus"] = functions["gpus"]
     fact["pci_virtual_functions"] = functions["virtual_functions"]

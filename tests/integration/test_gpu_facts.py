@@ -145,3 +145,18 @@ def test_an_unreadable_pci_function_is_listed_with_a_warning(ansible, tmp_path):
     assert [function["busId"] for function in fact["pci_virtual_functions"]] == ["0000:01:00.4"]
     assert "PCI function 0000:02:00.0 of NVIDIA: cannot read %s/bus/pci/devices/0000:02:00.0/class, so whether it " \
            "is a GPU is not known" % tmp_path in ansible.last_output
+
+
+def test_a_failed_driver_version_query_is_a_warning(ansible, tmp_path):
+    import json
+
+    from support import scenario_path
+
+    scenario = json.loads(scenario_path("titan_xp").read_text())
+    scenario["errors"] = {"nvmlSystemGetDriverVersion": "UNKNOWN"}
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(scenario))
+    ok, result = ansible.module(scenario=path)
+    assert ok and result["ansible_facts"]["nvidia_gpu"]["system_errors"] == {"driver_version": "Unknown Error"}
+    assert "driver_version could not be read, so it is left out of the facts: NVML answered Unknown Error" in \
+        " ".join(ansible.last_output.split())

@@ -30,19 +30,18 @@ def init_failure_reason(error):
 
 
 def system_facts():
+    """The driver's, NVML's and CUDA's versions; a query that fails leaves its key out and says why in
+    ``system_errors`` ({key: NVML's answer}), so that a missing version is never silent."""
     facts = {"nvml_available": True, "nvml_error": None}
-    for key, function in (
-        ("driver_version", pynvml.nvmlSystemGetDriverVersion),
-        ("nvml_version", pynvml.nvmlSystemGetNVMLVersion),
+    for key, function, convert in (
+        ("driver_version", pynvml.nvmlSystemGetDriverVersion, as_text),
+        ("nvml_version", pynvml.nvmlSystemGetNVMLVersion, as_text),
+        ("cuda_driver_version", pynvml.nvmlSystemGetCudaDriverVersion, cuda_version_string),
     ):
         try:
-            facts[key] = as_text(text_call(function))
-        except pynvml.NVMLError:
-            pass
-    try:
-        facts["cuda_driver_version"] = cuda_version_string(pynvml.nvmlSystemGetCudaDriverVersion())
-    except pynvml.NVMLError:
-        pass
+            facts[key] = convert(text_call(function))
+        except pynvml.NVMLError as error:
+            facts.setdefault("system_errors", {})[key] = describe(error)
     return facts
 
 

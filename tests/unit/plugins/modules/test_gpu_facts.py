@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -89,3 +90,17 @@ def test_missing_python_library_fails_with_missing_required_lib(nvml_simulator, 
     assert code == 1 and result["failed"] is True
     assert "Failed to import the required Python library (nvidia-ml-py)" in result["msg"]
     assert "ansible_facts" not in result
+
+
+def test_a_failed_version_query_is_named_not_silently_left_out(nvml_simulator, capsys, tmp_path, titan_sysfs):
+    scenario = json.loads((pathlib.Path(__file__).resolve().parents[3] / "nvml_simulator" / "scenarios" /
+                           "titan_xp.json").read_text())
+    scenario["errors"] = {"nvmlSystemGetDriverVersion": "UNKNOWN", "nvmlSystemGetCudaDriverVersion": "UNKNOWN"}
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(scenario))
+    nvml_simulator.use(path)
+    code, result = run_module(capsys, {"sysfs": titan_sysfs})
+    fact = result["ansible_facts"]["nvidia_gpu"]
+    assert code == 0 and "driver_version" not in fact and "cuda_driver_version" not in fact
+    assert fact["system_errors"] == {"driver_version": "Unknown Error", "cuda_driver_version": "Unknown Error"}
+    assert fact["nvml_version"] and len(fact["cardList"]) == 1
