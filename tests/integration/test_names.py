@@ -90,3 +90,20 @@ def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansibl
     assert "%s: %s is out of range; %s. Nothing was changed." % (variable, value, expected) in \
         " ".join(done.stdout.split())
     assert "changed=0" in done.stdout.split("PLAY RECAP")[1]
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"scv_publish_update_interval": 0}, "scv_publish_update_interval: expected whole milliseconds of 1 or more, got 0"),
+    ({"scv_publish_node_name": ""}, "scv_publish_node_name of host localhost: a node name is needed, got ''"),
+])
+def test_scv_publish_refuses_before_the_definition_is_installed(ansible, control_plane, tmp_path, variables, expected):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "roles": [
+        {"role": "scv.gpu.scv_publish", "vars": dict(variables, scv_publish_kubeconfig=str(
+            control_plane.admin_kubeconfig))}]}]))
+    control_plane.kubectl("delete", "crd", "scvs.core.run-linux.com", "--ignore-not-found")
+    done = ansible.playbook(str(playbook), None)
+    assert done.returncode != 0
+    assert expected in " ".join(done.stdout.split())
+    assert "changed=0" in done.stdout.split("PLAY RECAP")[1]
+    assert control_plane.kubectl("get", "crd", "scvs.core.run-linux.com", check=False).returncode != 0
