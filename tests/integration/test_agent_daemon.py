@@ -149,7 +149,9 @@ def test_idle_connections_hold_at_most_a_bounded_number_of_threads(access, agent
     agent = AgentProcess(agent_command, access, node, tmp_path)
     sockets = []
     try:
-        agent.wait_for(lambda: healthz(agent)[0] == 200, 20)
+        # every thread of a settled agent (its loop, XID waiter, watch and HTTP server) is running
+        agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 3, 20)
+        time.sleep(1)
         before = _threads(agent.process.pid)
         for _connection in range(40):                   # half-open: connected, never a request
             sockets.append(socket.create_connection(("127.0.0.1", agent.port), timeout=5))

@@ -1,4 +1,5 @@
-"""The agent's zipapp runs with nothing but the standard library and the role's packages (nvidia-ml-py, PyYAML, prometheus_client)."""
+"""The agent's zipapp runs with nothing but the standard library and the role's packages (nvidia-ml-py, PyYAML,
+prometheus_client, h2 and what h2 needs)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,22 @@ print(json.dumps(outside))
 """
 
 
+# The distributions named, and every one they require (extras left out), from the environment's metadata.
+REQUIRED = r"""
+import importlib.metadata, json, re, sys
+todo, seen = list(sys.argv[1:]), set()
+while todo:
+    name = todo.pop()
+    if name.lower() in seen:
+        continue
+    seen.add(name.lower())
+    for requirement in importlib.metadata.requires(name) or []:
+        if "extra ==" not in requirement:
+            todo.append(re.split(r"[ ;<>=!~\[(]", requirement, maxsplit=1)[0])
+print(json.dumps(sorted(seen)))
+"""
+
+
 def test_every_module_in_the_archive_imports_with_only_the_roles_packages(agent_command):
     python, archive = agent_command
     done = subprocess.run([python, "-I", "-c", PROBE, archive], capture_output=True, text=True, check=False,
@@ -46,8 +63,12 @@ def test_every_module_in_the_archive_imports_with_only_the_roles_packages(agent_
 
     def normal(name):
         return name.lower().replace("_", "-")
-    wanted = {normal(line.split("==")[0]) for line in
-              yaml.safe_load((AGENT_ROLE / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]}
+    listed = [line.split("==")[0] for line in
+              yaml.safe_load((AGENT_ROLE / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]]
+    # the role's packages and what they require (h2 brings hpack and hyperframe), and nothing else
+    closure = subprocess.run([python, "-I", "-c", REQUIRED] + listed, capture_output=True, text=True, check=True)
+    wanted = {normal(name) for name in json.loads(closure.stdout)}
+    assert {"h2", "hpack", "hyperframe"} <= wanted
     assert {normal(package["name"]) for package in json.loads(installed)} - {"pip", "setuptools"} == wanted
 
 
