@@ -14,6 +14,7 @@ import pathlib
 import pytest
 
 from conftest import recap
+from support import install_scv_crd
 
 INVENTORY = """
 all:
@@ -124,3 +125,24 @@ def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tm
     labels = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
     assert labels["nvidia.com/gpu.count"] == "9" and labels["team"] == "ml"
     assert plane.kubectl("get", "scv", node, check=False).returncode != 0
+
+
+def test_drift_reports_every_area_even_when_one_cannot_be_checked(ansible, control_plane, tmp_path):
+    plane = control_plane
+    node = "drift-partial-%s" % ansible.version.replace(".", "-")
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "Node",
+                                                              "metadata": {"name": node}}))
+    plane.kubectl("delete", "crd", "scvs.core.run-linux.com", "--ignore-not-found")   # the Scv area cannot be read
+    try:
+        hosts = inventory(tmp_path, plane, node)
+        done = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "scv,labels",
+                                "-e", "ansible_become=false", "-e", '{"scv_publish_install_crd": false}', "--check")
+        assert done.returncode == 2, done.stdout + done.stderr
+        report = " ".join((done.stdout + done.stderr).split())
+        assert ("localhost has drifted from the desired state: Scv: could not be checked: the scvs.core.run-linux.com "
+                "custom resource definition is not installed") in report, report[-2500:]
+        assert "labels: nvidia.com/gpu.present differs" in report     # the labels area still reported
+    finally:
+        plane.kubectl("delete", "node", node, "--ignore-not-found")
+        install_scv_crd(plane)
