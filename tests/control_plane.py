@@ -66,6 +66,20 @@ def _name(common_name, organization=None):
     return x509.Name(attributes)
 
 
+def write_kubeconfig(path, server, ca_file, cert, key, user="user", context="scv-test"):
+    """Writes a kubeconfig (JSON, mode 0600) for a client certificate against ``server``; returns ``path``."""
+    path.write_text(json.dumps({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "scv-test", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": context, "context": {"cluster": "scv-test", "user": user}}],
+        "current-context": context,
+    }, indent=2))
+    path.chmod(0o600)
+    return path
+
+
 class CertificateAuthority:
     """A CA in ``directory`` (ca.crt, ca.key) that issues server and client certificates."""
 
@@ -282,17 +296,7 @@ class ControlPlane:
         if path.exists():
             return path
         cert, key = CertificateAuthority.load(pki).issue(stem, user, group)
-        cluster = {"server": self.server, "certificate-authority": self.state["ca"]}
-        path.write_text(json.dumps({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "scv-test", "cluster": cluster}],
-            "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-            "contexts": [{"name": stem, "context": {"cluster": "scv-test", "user": user}}],
-            "current-context": stem,
-        }, indent=2))
-        path.chmod(0o600)
-        return path
+        return write_kubeconfig(path, self.server, self.state["ca"], cert, key, user=user, context=stem)
 
     def node_kubeconfig(self, node):
         """A kubeconfig for the kubelet identity of ``node`` (system:node:<node>, group system:nodes)."""

@@ -436,7 +436,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import parse_gather_subset
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import HAS_PYNVML, PYNVML_IMPORT_ERROR
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import pci_facts
 
 
 def main():
@@ -459,13 +459,10 @@ def main():
     fact = collect(subsets)
     for key, reason in sorted((fact.get("system_errors") or {}).items()):
         module.warn("%s could not be read, so it is left out of the facts: NVML answered %s" % (key, reason))
-    functions = nvidia_functions(module.params["sysfs"])
-    fact["pci_gpus"] = functions["gpus"]
-    fact["pci_virtual_functions"] = functions["virtual_functions"]
-    fact["pci_unreadable"] = functions["unreadable"]
-    for function in functions["unreadable"]:
-        module.warn("PCI function %s of NVIDIA: %s, so whether it is a GPU is not known" % (
-            function["busId"], function["problem"]))
+    pci, warnings = pci_facts(module.params["sysfs"])
+    fact.update(pci)
+    for warning in warnings:
+        module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"nvidia_gpu": fact})
 
 

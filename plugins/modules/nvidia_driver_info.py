@@ -160,7 +160,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import upstream_version
 from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import module_files, module_version, next_kernel, preflight
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, nvidia_functions
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, pci_facts
 
 
 def _read(path):
@@ -258,13 +258,10 @@ def main():
         secure_boot=secure_boot,
         secure_boot_source=source,
     )
-    functions = nvidia_functions(sysfs)
-    result["pci_gpus"] = functions["gpus"]
-    result["pci_virtual_functions"] = functions["virtual_functions"]
-    result["pci_unreadable"] = functions["unreadable"]
-    for function in functions["unreadable"]:
-        module.warn("PCI function %s of NVIDIA: %s, so whether it is a GPU is not known" % (
-            function["busId"], function["problem"]))
+    pci, warnings = pci_facts(sysfs)
+    result.update(pci)
+    for warning in warnings:
+        module.warn(warning)
     if module.params["next_kernel"]:
         result["next_kernel"] = _next_kernel(module, result["installed_version"])
     if module.params["nvml"]:

@@ -155,3 +155,14 @@ def access(control_plane, tmp_path_factory):
 def agent_command(tmp_path_factory):
     """The agent as the scv_agent role installs it: its zipapp in a venv with only the role's packages."""
     return install_agent(tmp_path_factory.mktemp("agent-install"))
+
+
+@pytest.fixture
+def node(access, request):
+    """A node name of the test's own, with no Scv before or after it."""
+    from test_scv_agent import node_for
+
+    name = node_for(request)
+    access.kubectl("delete", "scv", name, "--ignore-not-found")
+    yield name
+    access.kubectl("delete", "scv", name, "--ignore-not-found")

@@ -22,7 +22,7 @@ import time
 import pytest
 import yaml
 
-from control_plane import CertificateAuthority
+from control_plane import CertificateAuthority, write_kubeconfig
 from test_scv_agent import AgentProcess, node_for
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
@@ -244,23 +244,14 @@ def test_the_agents_requests_give_up_on_a_server_that_never_answers(access, stal
         assert 1.4 < took < 4.0, took
 
 
-def _kubeconfig(path, server, ca_file, cert, key):
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "u", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"}))
-    return path
-
-
 def test_an_expired_client_certificate_is_named_with_its_file_and_expiry(access, tmp_path):
     plane = access
     ca = CertificateAuthority.load(plane.directory / "pki")
     cert, key = ca.issue("expired-node", "system:node:expired-node", "system:nodes",
                          lifetime=datetime.timedelta(seconds=-60))   # not valid after a minute ago
     expired = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=60)
-    client = RestClient.from_file(str(_kubeconfig(tmp_path / "kubelet.conf", plane.server, plane.state["ca"], cert,
-                                                  key)), timeout=5, resource=SCV)
+    kubeconfig = write_kubeconfig(tmp_path / "kubelet.conf", plane.server, plane.state["ca"], cert, key)
+    client = RestClient.from_file(str(kubeconfig), timeout=5, resource=SCV)
     with pytest.raises(ApiError) as refused:
         client.get("expired-node")
     message = str(refused.value)
@@ -276,7 +267,7 @@ def test_another_clusters_ca_is_named_not_taken_for_the_network(access, tmp_path
     other = CertificateAuthority(tmp_path / "other")          # a CA that did not sign this API server
     ours = CertificateAuthority.load(plane.directory / "pki")
     cert, key = ours.issue("other-ca-node", "system:node:other-ca-node", "system:nodes")
-    kubeconfig = _kubeconfig(tmp_path / "kubelet.conf", plane.server, other.cert_path, cert, key)
+    kubeconfig = write_kubeconfig(tmp_path / "kubelet.conf", plane.server, other.cert_path, cert, key)
     client = RestClient.from_file(str(kubeconfig), timeout=5, resource=SCV)
     with pytest.raises(ApiError) as refused:
         client.get("other-ca-node")

@@ -15,15 +15,7 @@ import urllib.request
 import pytest
 
 from support import SIMULATOR_DIR, scenario_path
-from test_scv_agent import AgentProcess, node_for
-
-
-@pytest.fixture
-def node(access, request):
-    name = node_for(request)
-    access.kubectl("delete", "scv", name, "--ignore-not-found")
-    yield name
-    access.kubectl("delete", "scv", name, "--ignore-not-found")
+from test_scv_agent import AgentProcess
 
 
 def healthz(agent):

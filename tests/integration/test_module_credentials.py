@@ -4,24 +4,14 @@ their files, not reported as a bare 401 or as an unreachable API server."""
 from __future__ import annotations
 
 import datetime
-import json
 
-from control_plane import CertificateAuthority
-
-
-def _kubeconfig(path, server, ca_file, cert, key):
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "u", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"}))
-    return path
+from control_plane import CertificateAuthority, write_kubeconfig
 
 
 def test_an_expired_client_certificate_is_named(ansible, control_plane, tmp_path):
     ca = CertificateAuthority.load(control_plane.directory / "pki")
     cert, key = ca.issue("expired-admin", "expired-admin", "system:masters", lifetime=datetime.timedelta(seconds=-60))
-    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", control_plane.server, control_plane.state["ca"], cert, key)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", control_plane.server, control_plane.state["ca"], cert, key)
     ok, result = ansible.module({"name": "node-x", "state": "cordoned", "kubeconfig": str(kubeconfig)},
                                 name="scv.gpu.node_cordon", simulator=False)
     assert not ok
@@ -33,7 +23,7 @@ def test_another_clusters_ca_is_named_not_the_network(ansible, control_plane, tm
     (tmp_path / "other").mkdir()
     other = CertificateAuthority(tmp_path / "other")
     cert, key = CertificateAuthority.load(control_plane.directory / "pki").issue("admin-x", "admin-x", "system:masters")
-    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", control_plane.server, other.cert_path, cert, key)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", control_plane.server, other.cert_path, cert, key)
     ok, result = ansible.module({"name": "node-x", "state": "cordoned", "kubeconfig": str(kubeconfig)},
                                 name="scv.gpu.node_cordon", simulator=False)
     assert not ok

@@ -144,18 +144,8 @@ def _uuids(name):
     return [device["uuid"] for device in json.loads(scenario_path(name).read_text())["devices"]]
 
 
-@pytest.fixture
-def pod_node(access, request):
-    from test_scv_agent import node_for
-
-    name = node_for(request)
-    access.kubectl("delete", "scv", name, "--ignore-not-found")
-    yield name
-    access.kubectl("delete", "scv", name, "--ignore-not-found")
-
-
 def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_when_the_pods_end(
-        access, agent_command, pod_node, tmp_path, kubelet):
+        access, agent_command, node, tmp_path, kubelet):
     from test_scv_agent import AgentProcess
 
     uuids = _uuids("h100_sxm_x8")
@@ -166,7 +156,7 @@ def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_whe
         pod("notebook-b", "lab", ("jupyter", [(GPU, [uuids[1] + "::3"])])),
         pod("web", "shop", ("nginx", [("example.com/nic", [uuids[2]])])),     # not NVIDIA's: no label
     ]
-    agent = AgentProcess(agent_command, access, pod_node, tmp_path, scenario="h100_sxm_x8",
+    agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8",
                          extra=("--pod-resources-socket", kubelet.socket, "--pod-resources-interval", "1"))
     nobody = [("", "", "")]
     try:
@@ -187,12 +177,12 @@ def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_whe
 
 
 def test_a_kubelet_that_is_gone_or_slow_takes_the_labels_away_and_never_holds_up_a_tick(
-        access, agent_command, pod_node, tmp_path, generated):
+        access, agent_command, node, tmp_path, generated):
     from test_scv_agent import AgentProcess
 
     uuids = _uuids("titan_xp")
     socket_path = tmp_path / "kubelet.sock"
-    agent = AgentProcess(agent_command, access, pod_node, tmp_path, scenario="titan_xp",
+    agent = AgentProcess(agent_command, access, node, tmp_path, scenario="titan_xp",
                          extra=("--pod-resources-socket", str(socket_path), "--pod-resources-interval", "1"))
     try:
         agent.wait_for(lambda: agent.metrics()["scv_agent_pod_resources_failures_total"] >= 1, 20)
@@ -213,7 +203,7 @@ def test_a_kubelet_that_is_gone_or_slow_takes_the_labels_away_and_never_holds_up
         agent.stop()
 
 
-def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_command, pod_node, tmp_path, kubelet):
+def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_command, node, tmp_path, kubelet):
     import json
 
     from support import scenario_path
@@ -225,7 +215,7 @@ def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_com
                     pod("big", "ml", ("worker", [("nvidia.com/mig-3g.40gb", [mig[0]["uuid"]])])),
                     pod("ghost", "ml", ("worker", [("nvidia.com/mig-1g.10gb",
                                                     ["MIG-00000000-0000-0000-0000-00000000"])]))]
-    agent = AgentProcess(agent_command, access, pod_node, tmp_path, scenario="h100_mig_mixed",
+    agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_mig_mixed",
                          extra=("--pod-resources-socket", kubelet.socket, "--pod-resources-interval", "1"))
     try:
         agent.wait_for(lambda: _held(agent).get(0) == [("big", "ml", "worker"), ("small", "ml", "worker")], 20)

@@ -114,6 +114,17 @@ def nvidia_functions(sysfs="/sys"):
     return found
 
 
+def pci_facts(sysfs="/sys"):
+    """The modules' ``pci_gpus``, ``pci_virtual_functions`` and ``pci_unreadable``, and a warning for each
+    unreadable function: (facts, warnings)."""
+    functions = nvidia_functions(sysfs)
+    facts = {"pci_gpus": functions["gpus"], "pci_virtual_functions": functions["virtual_functions"],
+             "pci_unreadable": functions["unreadable"]}
+    warnings = ["PCI function %s of NVIDIA: %s, so whether it is a GPU is not known" % (
+        function["busId"], function["problem"]) for function in functions["unreadable"]]
+    return facts, warnings
+
+
 def nvidia_gpus(sysfs="/sys"):
     """The NVIDIA GPUs on the PCI bus, in bus order: ``nvidia_functions(sysfs)["gpus"]``."""
     return nvidia_functions(sysfs)["gpus"]

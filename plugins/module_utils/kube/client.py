@@ -185,7 +185,8 @@ class ResourceClient:
         self.resource_type = resource
         self._resource = None
         self.server = k8s_client.configuration.host
-        self.connection = None     # what _connection_of says, for messages        self.timeout = None
+        self.timeout = None
+        self._auth = None          # the connection options, read again only to explain a failure
 
     @classmethod
     def connect(cls, module=None, resource=NODE, **auth):
@@ -205,16 +206,19 @@ class ResourceClient:
             raise explain(error, "connect to", "the Kubernetes API", connection[0], timeout,
                           connection=connection) from error
         client.timeout = timeout
-        client.connection = _connection_of(params)
+        client._auth = params     # pylint: disable=protected-access
         return client
+
+    def _explain(self, error, verb, target):
+        connection = _connection_of(self._auth) if self._auth is not None else None
+        return explain(error, verb, target, self.server, self.timeout, self.resource_type, connection)
 
     def _call(self, verb, target, function, *args, **kwargs):
         try:
             with deadline(self.timeout):
                 return function(*args, **kwargs)
         except (Exception, DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
-            raise explain(error, verb, target, self.server, self.timeout, self.resource_type,
-                          self.connection) from error
+            raise self._explain(error, verb, target) from error
 
     @staticmethod
     def _write_options(check_mode):
@@ -231,8 +235,7 @@ class ResourceClient:
         except (Exception, DeadlinePassed) as error:  # pylint: disable=broad-exception-caught
             if isinstance(error, NotFoundError) and is_missing_object(error.body):
                 return missing
-            raise explain(error, verb, target, self.server, self.timeout, self.resource_type,
-                          self.connection) from error
+            raise self._explain(error, verb, target) from error
 
     @property
     def resource(self):

@@ -69,41 +69,30 @@ def _fields(data):
         pos += 8 if wire == 1 else 4
 
 
-def _text(value):
-    return value.decode("utf-8", "replace")
+def _message(data):
+    """{field number: [values]} of one message's length-delimited fields, in order."""
+    found = {}
+    for number, value in _fields(data):
+        found.setdefault(number, []).append(value)
+    return found
+
+
+def _string(message, number):
+    """A string field of a ``_message``: its last value (proto3's rule for a field sent twice), or ''."""
+    values = message.get(number)
+    return values[-1].decode("utf-8", "replace") if values else ""
 
 
 def decode_list_response(data):
     """The devices of a ``ListPodResourcesResponse``: a list of dicts with ``namespace``, ``pod``,
     ``container``, ``resource`` and ``device_ids`` (one per container and resource)."""
     held = []
-    for number, pod in _fields(data):
-        if number != 1:                 # pod_resources
-            continue
-        name, namespace, containers = "", "", []
-        for field, value in _fields(pod):
-            if field == 1:
-                name = _text(value)
-            elif field == 2:
-                namespace = _text(value)
-            elif field == 3:
-                containers.append(value)
-        for container in containers:
-            container_name, devices = "", []
-            for field, value in _fields(container):
-                if field == 1:
-                    container_name = _text(value)
-                elif field == 2:        # ContainerDevices
-                    devices.append(value)
-            for device in devices:
-                resource, ids = "", []
-                for field, value in _fields(device):
-                    if field == 1:
-                        resource = _text(value)
-                    elif field == 2:
-                        ids.append(_text(value))
-                held.append({"namespace": namespace, "pod": name, "container": container_name,
-                             "resource": resource, "device_ids": ids})
+    for pod in map(_message, _message(data).get(1, ())):                     # pod_resources
+        for container in map(_message, pod.get(3, ())):                      # containers
+            for device in map(_message, container.get(2, ())):               # ContainerDevices
+                held.append({"namespace": _string(pod, 2), "pod": _string(pod, 1), "container": _string(container, 1),
+                             "resource": _string(device, 1),
+                             "device_ids": [value.decode("utf-8", "replace") for value in device.get(2, ())]})
     return held
 
 
@@ -161,8 +150,7 @@ def _exchange(sock, connection, stream, deadline, path):
             raise PodResourcesError("%s: the kubelet closed the connection before it answered" % path)
         for event in connection.receive_data(chunk):
             if isinstance(event, (events.ResponseReceived, events.TrailersReceived)):
-                headers.update((_text(key) if isinstance(key, bytes) else key,
-                                _text(value) if isinstance(value, bytes) else value) for key, value in event.headers)
+                headers.update(event.headers)   # text: the connection decodes them (header_encoding)
             elif isinstance(event, events.DataReceived):
                 body += event.data
                 if len(body) > MAX_ANSWER_BYTES:
