@@ -38,16 +38,28 @@ options:
     default: true
   next_kernel:
     description:
-      - Find the kernel that boots next (C(grubby --default-kernel) on the RHEL family, else GRUB_DEFAULT, else the
-        newest kernel image in C(/boot)) and the nvidia module built for it, and judge whether a reboot into it
+      - Find the kernel that boots next and the nvidia module built for it, and judge whether a reboot into it
         would bring the installed driver up (RV(next_kernel)).
+      - The kernel is resolved as the boot loader resolves it. On the RHEL family, C(grubby --default-kernel).
+        With GRUB, the generated C(/boot/grub/grub.cfg) (or C(/boot/grub2/grub.cfg)) and its C(grubenv):
+        C(next_entry) (what C(grub-reboot) writes), else C(saved_entry) when GRUB_DEFAULT is C(saved), else
+        GRUB_DEFAULT as an entry number, title, id or C(a>b) path through the menu. With systemd-boot, the EFI
+        one-shot and default entries, then C(default) in C(/boot/loader/loader.conf), over C(/boot/loader/entries).
+      - When the answer is not certain (no boot loader configuration, GRUB_DEFAULT in C(/etc/default/grub) or
+        C(/etc/default/grub.d/*.cfg) changed since grub.cfg was generated, a default naming a submenu or no
+        kernel), C(ok) is false and C(message) says why; nothing is guessed.
+      - A module counts only when its C(.modinfo) section parses and its vermagic names that kernel, as
+        modprobe requires.
     type: bool
     default: false
   next_kernel_release:
-    description: The kernel release that boots next, when the site decides it otherwise (a custom boot loader).
+    description:
+      - The kernel release that boots next, when the site decides it otherwise (a custom boot loader), or when the
+        boot loader's configuration cannot be read here.
     type: str
   root:
-    description: Where the host's C(/boot), C(/etc/default/grub) and C(/lib/modules) are; tests point it at a prepared tree.
+    description:
+      - Where the host's C(/boot), C(/etc/default/grub) and C(/lib/modules) are; tests point it at a prepared tree.
     type: path
     default: /
 attributes:
@@ -134,14 +146,18 @@ pci_unreadable:
   sample: [{"busId": "0000:19:00.0", "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
 next_kernel:
   description:
-    - The preflight for a reboot. C(kernel) is the release that boots next and C(how) what decided it; C(modules) the
-      nvidia module files for it with their versions; C(ok) is true when one of them is the installed driver's
-      release (any module, when the installed version is unknown); C(message) says what was found.
+    - The preflight for a reboot. C(kernel) is the release that boots next, or null when that is not certain, and
+      C(how) what decided it, or why it could not be decided.
+    - C(modules) lists the nvidia module files for that kernel, each with its C(version), C(vermagic) and
+      C(problem) (null when modprobe would load it).
+    - C(ok) is true when one without a problem is the installed driver's release (any, when the installed version
+      is unknown); C(message) says what was found.
   returned: when I(next_kernel=true)
   type: dict
-  sample: {"kernel": "6.1.0-27-amd64", "how": "the newest kernel in /boot", "running": "6.1.0-18-amd64", "ok": false,
-           "modules": [], "message": "the kernel that boots next, 6.1.0-27-amd64 (the newest kernel in /boot), has no
-           nvidia module under /lib/modules/6.1.0-27-amd64"}
+  sample: {"kernel": "6.1.0-27-amd64", "running": "6.1.0-18-amd64", "ok": false, "modules": [],
+           "how": "GRUB_DEFAULT=0, in /boot/grub/grub.cfg, the entry 'Debian GNU/Linux'",
+           "message": "the kernel that boots next, 6.1.0-27-amd64 (GRUB_DEFAULT=0, in /boot/grub/grub.cfg, the entry
+           'Debian GNU/Linux'), has no nvidia module under /lib/modules/6.1.0-27-amd64"}
 nvml_missing:
   description:
     - The PCI GPUs that NVML did not answer for (by PCI address); empty when NVML sees every GPU the
@@ -158,7 +174,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import upstream_version
-from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import module_files, module_version, next_kernel, preflight
+from ansible_collections.scv.gpu.plugins.module_utils.host.bootloader import next_boot
+from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import module_entry, module_files, preflight
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
 from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, pci_facts
 
@@ -220,7 +237,7 @@ def _next_kernel(module, installed_version):
     if module.params["next_kernel_release"]:
         release, how = module.params["next_kernel_release"], "nvidia_driver_next_kernel"
     else:
-        release, how = next_kernel(root, os.uname().release, grubby_default)
+        release, how = next_boot(root, grubby_default, os.path.join(module.params["sysfs"], "firmware", "efi", "efivars"))
     zstd = module.get_bin_path("zstd")
 
     def read_compressed(path):
@@ -229,8 +246,7 @@ def _next_kernel(module, installed_version):
         rc, out, _err = module.run_command([zstd, "-dc", path], binary_data=True, encoding=None)
         return out if rc == 0 else None
 
-    modules = [{"path": path, "version": module_version(path, read_compressed)}
-               for path in (module_files(release, root) if release else [])]
+    modules = [module_entry(path, release, read_compressed) for path in (module_files(release, root) if release else [])]
     return preflight(release, how, modules, installed_version, os.uname().release)
 
 

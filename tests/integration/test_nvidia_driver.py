@@ -9,10 +9,13 @@ through ctypes. The cordon, drain and uncordon run in test_driver_rollout.py.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
 from conftest import recap
+from kernel_modules import compile_module
 from pci_sysfs import add_function as add_pci_function
 
 DAEMONSET_PLAY = """
@@ -204,3 +207,35 @@ def test_info_reads_secure_boot_from_efivars(ansible, sysfs, value, enabled):
 def test_info_without_efi(ansible, sysfs):
     ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False}, name="scv.gpu.nvidia_driver_info")
     assert ok and (result["secure_boot"], result["secure_boot_source"]) == (False, "no EFI")
+
+
+def test_info_next_kernel_follows_grub_reboot_and_checks_the_modules_vermagic(ansible, sysfs, tmp_path):
+    """grub-reboot's next_entry picks 6.1.0-18 (not the newest kernel); its one module was built for
+    another kernel, which modprobe refuses, so the reboot is refused and the message says why."""
+    fixtures = Path(__file__).parents[1] / "fixtures" / "grub"
+    root = tmp_path / "host"
+    (root / "boot" / "grub").mkdir(parents=True)
+    for release in ("6.1.0-9-amd64", "6.1.0-18-amd64", "6.1.0-27-amd64"):
+        (root / "boot" / ("vmlinuz-%s" % release)).write_text("kernel")
+    shutil.copy(fixtures / "grub-saved.cfg", root / "boot" / "grub" / "grub.cfg")
+    shutil.copy(fixtures / "grubenv-next-18", root / "boot" / "grub" / "grubenv")
+    dkms = root / "lib" / "modules" / "6.1.0-18-amd64" / "updates" / "dkms"
+    dkms.mkdir(parents=True)
+    module = compile_module(dkms / "nvidia-current.ko", "535.183.01", release="6.1.0-27-amd64")
+    ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False, "next_kernel": True, "root": str(root)},
+                                name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    found = result["next_kernel"]
+    assert (found["kernel"], found["ok"]) == ("6.1.0-18-amd64", False)
+    assert found["how"] == ("next_entry in /boot/grub/grubenv (grub-reboot), the entry "
+                            "'Debian GNU/Linux, with Linux 6.1.0-18-amd64'")
+    assert found["modules"] == [{"path": str(module), "version": "535.183.01",
+                                 "vermagic": "6.1.0-27-amd64 SMP preempt mod_unload modversions ",
+                                 "problem": "it was built for the kernel 6.1.0-27-amd64 (vermagic), and modprobe "
+                                            "refuses it on 6.1.0-18-amd64"}]
+    assert "has no nvidia module that modprobe would load" in found["message"]
+
+    compile_module(module, "535.183.01", release="6.1.0-18-amd64")
+    ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False, "next_kernel": True, "root": str(root)},
+                                name="scv.gpu.nvidia_driver_info")
+    assert ok and result["next_kernel"]["ok"] is True, result["next_kernel"]

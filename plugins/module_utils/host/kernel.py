@@ -6,97 +6,22 @@
 
 A reboot into a kernel without the NVIDIA module strands the node: it comes back without a
 driver, or with a module from another driver release ("Driver/library version mismatch").
-These functions find the kernel GRUB (or grubby) will boot, and the nvidia module built for
-it (by DKMS, Ubuntu's prebuilt linux-modules-nvidia packages, or the RHEL family's kmods),
-with the module's version read from its ELF .modinfo section.
+``bootloader`` finds the kernel the boot loader starts next; these functions find the nvidia
+module built for it (by DKMS, Ubuntu's prebuilt linux-modules-nvidia packages, or the RHEL
+family's kmods) and read its version and vermagic from its ELF .modinfo section.
 """
 
 from __future__ import annotations
 
-import glob
 import gzip
 import lzma
 import os
-import re
 import struct
 
 # The names the nvidia module has: upstream and DKMS (nvidia.ko), Debian's DKMS package
 # (nvidia-current.ko), each possibly compressed.
 MODULE_NAMES = ("nvidia", "nvidia-current")
 COMPRESSIONS = ("", ".xz", ".gz", ".zst")
-
-_GRUB_DEFAULT = re.compile(r"""^\s*GRUB_DEFAULT\s*=\s*(["']?)(.*?)\1\s*$""", re.MULTILINE)
-# The kernel release in a GRUB entry id or title: 'gnulinux-6.1.0-18-amd64-advanced-<uuid>',
-# 'Debian GNU/Linux, with Linux 6.1.0-18-amd64', 'Ubuntu, with Linux 6.8.0-45-generic'.
-_ENTRY_RELEASE = (re.compile(r"gnulinux-(\d[^\s>]*?)-(?:advanced|recovery)-"),
-                  re.compile(r"with Linux (\d[^\s>()]*)"))
-
-
-def _version_key(release):
-    """A key that orders kernel releases as their packages do: '6.1.0-9' < '6.1.0-18' < '6.10.1'."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.findall(r"\d+|[A-Za-z]+", release)]
-
-
-def installed_kernels(root="/"):
-    """The kernel releases with an image in /boot, oldest first."""
-    found = []
-    for path in glob.glob(os.path.join(root, "boot", "vmlinuz-*")):
-        release = os.path.basename(path)[len("vmlinuz-"):]
-        if release and not release.endswith((".old", ".bak")) and "rescue" not in release:
-            found.append(release)
-    return sorted(set(found), key=_version_key)
-
-
-def grub_default(root="/"):
-    """(release, how) for the entry GRUB boots by default, when its configuration names one.
-
-    GRUB_DEFAULT=saved reads saved_entry from grubenv; a title or entry id naming a kernel gives
-    that kernel. 0 (the default) or an entry number is the first entry, the newest kernel, which
-    this returns as None so that the caller takes the newest installed one.
-    """
-    try:
-        with open(os.path.join(root, "etc", "default", "grub"), encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None, None
-    matches = _GRUB_DEFAULT.findall(text)
-    if not matches:
-        return None, None
-    value = matches[-1][1].strip()
-    how = "GRUB_DEFAULT in /etc/default/grub"
-    if value == "saved":
-        for env in ("boot/grub/grubenv", "boot/grub2/grubenv"):
-            try:
-                with open(os.path.join(root, env), encoding="utf-8", errors="replace") as handle:
-                    saved = dict(line.split("=", 1) for line in handle.read().splitlines() if "=" in line)
-            except OSError:
-                continue
-            value, how = saved.get("saved_entry", "").strip(), "saved_entry in /%s" % env
-            break
-    for pattern in _ENTRY_RELEASE:
-        match = pattern.search(value)
-        if match:
-            return match.group(1), how
-    return None, None
-
-
-def next_kernel(root="/", running=None, grubby_default=None):
-    """(release, how): the kernel the next boot starts, and how that was decided.
-
-    ``grubby_default`` is what ``grubby --default-kernel`` printed (the RHEL family), if anything.
-    """
-    if grubby_default:
-        name = os.path.basename(grubby_default.strip())
-        if name.startswith("vmlinuz-"):
-            return name[len("vmlinuz-"):], "grubby --default-kernel"
-    release, how = grub_default(root)
-    if release:
-        return release, how
-    kernels = installed_kernels(root)
-    if kernels:
-        return kernels[-1], "the newest kernel in /boot"
-    return running, "the running kernel, as /boot has no kernel image"
-
 
 def module_files(release, root="/"):
     """The nvidia module files built for ``release``, under /lib/modules/<release> and
@@ -137,11 +62,11 @@ def _elf_modinfo(data):
     return {}
 
 
-def module_version(path, read_compressed=None):
-    """The ``version=`` of a kernel module file, or None when it cannot be read.
+def module_info(path, read_compressed=None):
+    """(modinfo, problem) of a kernel module file: its .modinfo fields, or ({}, why they cannot be read).
 
     .xz and .gz are read here; ``read_compressed(path)`` (such as ``zstd -dc``) gives the bytes of
-    other compressed files.
+    other compressed files, or None.
     """
     try:
         if path.endswith(".xz"):
@@ -155,9 +80,32 @@ def module_version(path, read_compressed=None):
                 data = handle.read()
         else:
             data = read_compressed(path) if read_compressed else None
-    except (OSError, lzma.LZMAError, EOFError):
-        return None
-    return _elf_modinfo(data).get("version") if data else None
+            if data is None:
+                return {}, "it cannot be decompressed here (install zstd)"
+    except (OSError, lzma.LZMAError, EOFError) as error:
+        return {}, "it cannot be read (%s)" % (getattr(error, "strerror", None) or error)
+    if data[:4] != b"\x7fELF":
+        return {}, "it is not an ELF object"
+    info = _elf_modinfo(data)
+    if not info:
+        return {}, "it has no readable .modinfo section (cut short, or not a kernel module)"
+    return info, None
+
+
+def module_entry(path, release, read_compressed=None):
+    """{'path', 'version', 'vermagic', 'problem'} of an nvidia module found for ``release``; 'problem'
+    is None only when its .modinfo parses and its vermagic names that kernel, as modprobe requires."""
+    info, problem = module_info(path, read_compressed)
+    vermagic = info.get("vermagic")
+    if problem is None:
+        built_for = vermagic.split()[0] if vermagic and vermagic.split() else None
+        if not built_for:
+            problem = "its .modinfo has no vermagic"
+        elif built_for != release:
+            problem = "it was built for the kernel %s (vermagic), and modprobe refuses it on %s" % (built_for, release)
+        elif not info.get("version"):
+            problem = "its .modinfo has no version"
+    return {"path": path, "version": info.get("version"), "vermagic": vermagic, "problem": problem}
 
 
 def same_release(module, driver):
@@ -168,28 +116,31 @@ def same_release(module, driver):
 def preflight(release, how, modules, installed_version, running):
     """{'ok', 'kernel', 'how', 'modules', 'running', 'message'} for a reboot into ``release``.
 
-    ``modules``: [{'path', 'version'}] found for that kernel; ``installed_version``: the driver
-    installed now (None when unknown). OK when a module exists whose version is the installed
-    driver's, or cannot be read (or any module, when the installed version is unknown).
+    ``release`` is None when the boot loader's answer is not certain, and ``how`` then says why.
+    ``modules``: module_entry() of each nvidia module found for that kernel; ``installed_version``:
+    the driver installed now (None when unknown). OK only when a module has no problem and its
+    version is the installed driver's (any version, when that is unknown).
     """
     result = {"kernel": release, "how": how, "modules": modules, "running": running}
-    where = "the kernel that boots next, %s (%s)," % (release, how)
     if not release:
-        message = "cannot tell which kernel boots next: no kernel image in /boot and no running kernel release"
+        message = ("cannot tell which kernel boots next: %s. Name it with nvidia_driver_next_kernel (the module's "
+                   "next_kernel_release) to check that kernel" % how)
         return dict(result, ok=False, message=message)
+    where = "the kernel that boots next, %s (%s)," % (release, how)
     if not modules:
         message = "%s has no nvidia module under /lib/modules/%s" % (where, release)
         return dict(result, ok=False, message=message)
-    # A module whose version cannot be read here (zstd-compressed, with no zstd) is given the benefit
-    # of the doubt: it exists, and the packages that built it move with the driver.
-    matching = [entry for entry in modules
-                if not installed_version or entry.get("version") is None
-                or same_release(entry["version"], installed_version)]
+    usable = [entry for entry in modules if entry["problem"] is None]
+    if not usable:
+        found = "; ".join("%s: %s" % (entry["path"], entry["problem"]) for entry in modules)
+        message = "%s has no nvidia module that modprobe would load: %s" % (where, found)
+        return dict(result, ok=False, message=message)
+    matching = [entry for entry in usable
+                if not installed_version or same_release(entry["version"], installed_version)]
     if not matching:
-        found = ", ".join("%s (%s)" % (entry["path"], entry["version"]) for entry in modules)
+        found = ", ".join("%s (%s)" % (entry["path"], entry["version"]) for entry in usable)
         message = ("%s has an nvidia module of another driver release than the installed %s: %s; it would fail "
                    "with a driver/library version mismatch" % (where, installed_version, found))
         return dict(result, ok=False, message=message)
-    first = matching[0]
-    version = first["version"] or "%s (version unreadable)" % first["path"]
-    return dict(result, ok=True, message="%s has the nvidia module %s" % (where, version))
+    return dict(result, ok=True, message="%s has the nvidia module %s (%s)" % (where, matching[0]["version"],
+                                                                              matching[0]["path"]))

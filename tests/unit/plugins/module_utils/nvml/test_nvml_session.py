@@ -13,6 +13,12 @@ from xml.etree import ElementTree
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
+    GPM_ANY_TENSOR_UTIL,
+    GPM_DRAM_BW_UTIL,
+    GPM_GRAPHICS_UTIL,
+    pynvml,
+)
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import SYSTEM_CHECK_S, Session
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
@@ -404,3 +410,36 @@ def test_on_demand_the_costly_counters_are_read_at_most_once_per_scrape(nvml_sim
     session.clock_control.now += session.slow.interval_s
     session.read(["telemetry", "counters"])
     assert session.slow.reads == 4
+
+
+def test_gpm_metrics_cost_the_cold_figure_once_per_session_then_the_warm_one(tmp_path, nvml_simulator):
+    """The H100: 5.79 ms for a process's first (cold) request of seven metrics, 6.1 us per metric warm."""
+    data = json.loads(scenario_path("titan_xp").read_text())
+    data["devices"][0]["gpm"] = {"anyTensorUtil": 42, "graphicsUtil": 50, "dramBwUtil": 7}
+    write(tmp_path / "gpm.json", data)
+    nvml_simulator.use(tmp_path / "gpm.json")
+    nvml_simulator.latency("real")
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        samples = [pynvml.nvmlGpmSampleAlloc() for _twice in (1, 2)]
+        for sample in samples:
+            pynvml.nvmlGpmSampleGet(handle, sample)
+        costs = []
+        for _request in range(3):
+            request = pynvml.c_nvmlGpmMetricsGet_t()
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = 5
+            request.sample1, request.sample2 = samples
+            for position, metric in enumerate((GPM_ANY_TENSOR_UTIL, GPM_GRAPHICS_UTIL, GPM_DRAM_BW_UTIL, 20, 21)):
+                request.metrics[position].metricId = metric
+            nvml_simulator.reset_calls()
+            pynvml.nvmlGpmMetricsGet(request)
+            costs.append(nvml_simulator.spent_ms())
+        assert request.metrics[0].value == 42 and request.metrics[1].nvmlReturn == 0
+        for sample in samples:
+            pynvml.nvmlGpmSampleFree(sample)
+    finally:
+        pynvml.nvmlShutdown()
+    assert costs[0] == pytest.approx(5.7881)
+    assert costs[1:] == [pytest.approx(5 * 0.0061)] * 2
