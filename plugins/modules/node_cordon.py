@@ -98,17 +98,17 @@ unschedulable:
   type: bool
   sample: true
 cordoned_by:
-  description: The field managers that own the node's C(spec.unschedulable) now (C(scv.gpu) for ours, C(kubectl-cordon) for
+  description: The field managers that own the node's C(spec.unschedulable) now (C(scv.gpu) for ours, C(kubectl) for
     C(kubectl cordon)); empty when nobody does or the API server does not say.
   returned: always
   type: list
   elements: str
-  sample: [kubectl-cordon]
+  sample: [kubectl]
 msg:
   description: Whose cordon it is, when the node stays cordoned for someone else.
   returned: when RV(outcome) is V(foreign)
   type: str
-  sample: "node gpu-7 stays cordoned: its cordon is kubectl-cordon's, not ours"
+  sample: "node gpu-7 stays cordoned: its cordon is kubectl's, not ours"
 """
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem

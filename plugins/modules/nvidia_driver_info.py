@@ -41,8 +41,8 @@ options:
       - Find the kernel that boots next and the nvidia module built for it, and judge whether a reboot into it
         would bring the installed driver up (RV(next_kernel)).
       - The kernel is resolved as the boot loader resolves it. On the RHEL family, C(grubby --default-kernel).
-        With GRUB, the generated C(/boot/grub/grub.cfg) (or C(/boot/grub2/grub.cfg)) and its C(grubenv):
-        C(next_entry) (what C(grub-reboot) writes), else C(saved_entry) when GRUB_DEFAULT is C(saved), else
+        With GRUB, the generated C(/boot/grub/grub.cfg) (or C(/boot/grub2/grub.cfg)) and its C(grubenv) decide
+        it; C(next_entry) (what C(grub-reboot) writes), else C(saved_entry) when GRUB_DEFAULT is C(saved), else
         GRUB_DEFAULT as an entry number, title, id or C(a>b) path through the menu. With systemd-boot, the EFI
         one-shot and default entries, then C(default) in C(/boot/loader/loader.conf), over C(/boot/loader/entries).
       - When the answer is not certain (no boot loader configuration, GRUB_DEFAULT in C(/etc/default/grub) or

@@ -195,3 +195,31 @@ def test_node_cordon_check_mode_diff_and_rerun(ansible, control_plane):
     assert not node(plane, name)["spec"].get("unschedulable")
     ok, result = ansible.module(dict(args, name="no-such-node"), name="scv.gpu.node_cordon")
     assert not ok and "Node no-such-node does not exist" in result["msg"]
+
+
+def test_node_cordon_leaves_an_operators_later_cordon_by_the_real_kubectl(ansible, control_plane):
+    """Ours, then `kubectl uncordon` and `kubectl cordon` (the real kubectl, field manager 'kubectl'):
+    the API server's managedFields say whose cordon it is now, and ours is not lifted over it."""
+    plane = control_plane
+    name = "cordon-kubectl-%s" % ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    plane.kubectl("delete", "node", name, "--ignore-not-found")
+    # Registered with labels, as a kubelet registers its Node: the API server tracks the fields'
+    # managers from then on (a Node created with no field set is never tracked by updates).
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+    args = {"name": name, "state": "cordoned", "owner": "maintenance", "kubeconfig": str(plane.admin_kubeconfig)}
+    ok, result = ansible.module(args, name="scv.gpu.node_cordon")
+    assert ok and result["outcome"] == "cordoned", result
+    plane.kubectl("uncordon", name)
+    plane.kubectl("cordon", name)
+    tracked = json.loads(plane.kubectl("get", "node", name, "-o", "json", "--show-managed-fields").stdout)
+    managers = [entry["manager"] for entry in tracked["metadata"]["managedFields"]
+                if "f:unschedulable" in (entry.get("fieldsV1") or {}).get("f:spec", {})]
+    assert managers == ["kubectl"], tracked["metadata"]["managedFields"]     # kubectl 1.37's field manager
+    ok, result = ansible.module(dict(args, state="uncordoned"), name="scv.gpu.node_cordon")
+    assert ok and result["changed"] is True and result["outcome"] == "foreign", result
+    assert result["cordoned_by"] == ["kubectl"]
+    assert result["msg"] == "node %s stays cordoned: its cordon is kubectl's, not ours" % name
+    after = node(plane, name)
+    assert after["spec"]["unschedulable"] is True
+    assert ANNOTATION not in (after["metadata"].get("annotations") or {})     # our stale mark is gone

@@ -23,6 +23,7 @@ import struct
 MODULE_NAMES = ("nvidia", "nvidia-current")
 COMPRESSIONS = ("", ".xz", ".gz", ".zst")
 
+
 def module_files(release, root="/"):
     """The nvidia module files built for ``release``, under /lib/modules/<release> and
     /usr/lib/modules/<release> (one folder on merged-/usr systems; each file is listed once)."""
@@ -142,5 +143,5 @@ def preflight(release, how, modules, installed_version, running):
         message = ("%s has an nvidia module of another driver release than the installed %s: %s; it would fail "
                    "with a driver/library version mismatch" % (where, installed_version, found))
         return dict(result, ok=False, message=message)
-    return dict(result, ok=True, message="%s has the nvidia module %s (%s)" % (where, matching[0]["version"],
-                                                                              matching[0]["path"]))
+    chosen = matching[0]
+    return dict(result, ok=True, message="%s has the nvidia module %s (%s)" % (where, chosen["version"], chosen["path"]))

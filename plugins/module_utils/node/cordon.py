@@ -8,7 +8,7 @@ A Node cordoned by someone else (an operator investigating it, another tool) mus
 cordoned when our maintenance ends. So our cordon carries an annotation naming its owner,
 and we uncordon only a Node that carries it and whose cordon is still the one we set: the
 Node's ``managedFields`` name the field manager that last set ``spec.unschedulable``. An
-operator who uncordoned the Node and cordoned it again (``kubectl-cordon``) owns that
+operator who uncordoned the Node and cordoned it again (``kubectl`` as kubectl 1.37 names itself) owns that
 cordon, even though our mark is still there; it stays, and our stale mark is removed.
 """
 
