@@ -56,11 +56,22 @@ def kernel_release(image):
     return match.group(1) if match else None
 
 
-def read_grubenv(path):
-    """{name: value} from a GRUB environment block (grub-editenv's format); None when there is none."""
+GRUBENV_SIGNATURE = "# GRUB Environment Block\n"
+
+
+def read_grubenv(path, name):
+    """{name: value} from a GRUB environment block (grub-editenv's format); None when there is none.
+
+    GRUB ignores a block without its signature, and with it every next_entry and saved_entry it holds:
+    what boots next is then not certain, and Unreadable says so (``name``: the file as the host names it).
+    """
     text = read_text(path)
     if text is None:
         return None
+    if not text.startswith(GRUBENV_SIGNATURE):
+        raise Unreadable("%s is not a GRUB environment block (it does not start with '# GRUB Environment Block'), "
+                         "so GRUB ignores it: write it anew with grub-editenv %s create, then set the entry with "
+                         "grub-set-default or grub-reboot" % (name, name))
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
 
 
@@ -172,7 +183,7 @@ def grub_next(root):
     if text is None:
         return None
     cfg_name, env_name = "/%s/grub.cfg" % folder, "/%s/grubenv" % folder
-    env = read_grubenv(os.path.join(root, folder, "grubenv")) or {}
+    env = read_grubenv(os.path.join(root, folder, "grubenv"), env_name) or {}
     generated = _grub_default_in_cfg(text)
     setting, setting_file = grub_default_setting(root)
     expected = "${saved_entry}" if setting == "saved" else setting
@@ -197,6 +208,9 @@ def grub_next(root):
         how = "%s: %s" % (how, note)
     if not item["release"]:
         return None, "%s boots '%s', which starts no Linux kernel image GRUB names" % (how, item["title"])
+    if not os.path.exists(os.path.join(root, "boot", os.path.basename(item["image"]))):
+        return None, ("%s boots '%s', whose kernel image %s is not in /boot: run update-grub, then check again"
+                      % (how, item["title"], item["image"]))
     return item["release"], "%s, the entry '%s'" % (how, item["title"])
 
 
