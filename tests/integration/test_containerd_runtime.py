@@ -14,6 +14,8 @@ import tomllib
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
 from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
@@ -249,3 +251,72 @@ def test_an_import_that_already_holds_the_runtime_is_no_change(capsys, container
     code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd)))
     assert code == 0 and result["changed"] is False, result
     assert site_config.read_text() == before
+
+
+def test_arrays_spanning_lines_do_not_end_the_table():
+    """A nested array spanning lines, with lines that look like headers, sits before the key to change."""
+    text = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
+            '  x = [\n    [1, 2],\n    ["runtimes"],\n    { a = "[" },\n  ]\n  default_runtime_name = "runc"\n'
+            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n')
+    new, _settings = add_runtime(text, "config.toml", NVIDIA, True)
+    config = tomllib.loads(new)
+    assert cri(config)["containerd"]["default_runtime_name"] == "nvidia"
+    assert cri(config)["containerd"]["x"] == tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["x"]
+    assert new.count("default_runtime_name") == 1
+
+
+# Generated TOML: values in every form TOML has, whose text looks like configuration where it can.
+LOOKALIKE = st.sampled_from(['[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]',
+                             'Root = "/evil"', "SystemdCgroup = false", 'default_runtime_name = "x"', "[", "]",
+                             "[[x]]", "# not a comment", "y = 1", "{", "}", ""])
+
+
+def _body(quote):
+    """A multi-line string's body: lookalike lines and free text without the quote or backslashes."""
+    free = st.text(alphabet=st.sampled_from(list("ab =[]{}#.,\t") + ["'" if quote == '"' else '"']), max_size=12)
+    return st.lists(st.one_of(LOOKALIKE, free), max_size=4).map("\n".join)
+
+
+VALUES = st.one_of(
+    st.integers(-2 ** 63, 2 ** 63 - 1).map(str),
+    st.booleans().map(lambda flag: "true" if flag else "false"),
+    st.text(max_size=10).map(lambda text: json.dumps(text, ensure_ascii=False)),
+    LOOKALIKE.map(lambda text: "'%s'" % text.replace("'", "")),
+    _body('"').map(lambda body: '"""\n%s"""' % body),
+    _body("'").map(lambda body: "'''\n%s'''" % body),
+    st.lists(st.one_of(st.integers(0, 9).map(str), LOOKALIKE.map(json.dumps)), max_size=3).map(
+        lambda items: "[\n    %s,\n  ]" % ",\n    ".join(["[%s]" % item for item in items] or ["[]"])),
+    st.lists(LOOKALIKE.map(json.dumps), max_size=3).map(
+        lambda items: "{ %s }" % ", ".join("k%d = %s" % pair for pair in enumerate(items))),
+)
+
+
+def _table(header, values):
+    return header + "\n" + "".join("  v%d = %s  # note [x]\n" % (index, value) for index, value in enumerate(values))
+
+
+@settings(max_examples=40, deadline=None)
+@given(containerd_values=st.lists(VALUES, max_size=4), runc_values=st.lists(VALUES, max_size=4),
+       systemd=st.booleans(), default_runtime=st.booleans())
+def test_generated_configs_keep_every_value_as_containerd_reads_them(containerd, tmp_path_factory, containerd_values,
+                                                                      runc_values, systemd, default_runtime):
+    """Only the intended keys change, in what containerd's own `config dump` reads from the file."""
+    text = ("version = 2\n"
+            + _table('[plugins."io.containerd.grpc.v1.cri".containerd]', containerd_values)
+            + '  default_runtime_name = "runc"\n'
+            + _table('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]', runc_values)
+            + "  SystemdCgroup = %s\n" % ("true" if systemd else "false"))
+    folder = tmp_path_factory.mktemp("generated")
+    (folder / "before.toml").write_text(text)
+    new, _settings = add_runtime(text, "config.toml", NVIDIA, default_runtime)
+    (folder / "after.toml").write_text(new)
+    before, after = dump(containerd, folder / "before.toml"), dump(containerd, folder / "after.toml")
+    nvidia = cri(after)["containerd"]["runtimes"].pop("nvidia")
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert (nvidia["options"]["BinaryName"], nvidia["options"]["SystemdCgroup"]) == (NVIDIA, systemd)
+    assert cri(after)["containerd"].pop("default_runtime_name") == ("nvidia" if default_runtime else "runc")
+    cri(before)["containerd"].pop("default_runtime_name")
+    before.pop("imports"), after.pop("imports")     # the dump names the file it read
+    assert after == before
+    assert tomllib.loads(new)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"] == \
+        tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"]

@@ -109,14 +109,23 @@ def _header_keys(line):
         position += 1
 
 
-def _code_starts(text):
-    """For each line of ``text``: whether it starts outside a multi-line string, and where its comment starts.
+def _header_at(text, index):
+    """Whether the line starting at ``index`` is a table header (its first non-blank character is '[')."""
+    while index < len(text) and text[index] in " \t":
+        index += 1
+    return text.startswith("[", index)
 
-    Text inside \"\"\"...\"\"\" or \'\'\'...\'\'\' is never configuration, and a '#' inside any
-    string is not a comment. Returns [(outside, comment_column or None)], one per line.
+
+def _code_starts(text):
+    """For each line of ``text``: whether it starts outside any value, and where its comment starts.
+
+    Text inside \"\"\"...\"\"\" or \'\'\'...\'\'\' is never configuration, nor is a line inside an
+    array or inline table that spans lines (``x = [`` then ``[1, 2],``: not a header); a '#'
+    inside any string is not a comment. Returns [(outside, comment_column or None)], one per line.
     """
-    lines, state, index, length = [], None, 0, len(text)
+    lines, state, index, length, depth = [], None, 0, len(text), 0
     line_start, outside, comment = 0, True, None
+    header = _header_at(text, 0)
     while index <= length:
         if index == length or text[index] == "\n":
             lines.append((outside, None if comment is None else comment - line_start))
@@ -124,10 +133,10 @@ def _code_starts(text):
                 break
             index += 1
             line_start, comment = index, None
-            outside = state is None
             if state in ('"', "'"):
                 state = None   # a single-line string cannot span lines (the parser reports it)
-                outside = True
+            outside = state is None and depth == 0
+            header = outside and _header_at(text, index)
             continue
         char = text[index]
         if state is None:
@@ -141,6 +150,10 @@ def _code_starts(text):
                 continue
             if char in ('"', "'"):
                 state = char
+            elif char in "[{" and not header:
+                depth += 1
+            elif char in "]}" and not header:
+                depth = max(0, depth - 1)
         elif state == '"':
             if char == "\\":
                 index += 1
