@@ -298,8 +298,8 @@ def _table(header, values):
 @settings(max_examples=40, deadline=None)
 @given(containerd_values=st.lists(VALUES, max_size=4), runc_values=st.lists(VALUES, max_size=4),
        systemd=st.booleans(), default_runtime=st.booleans())
-def test_generated_configs_keep_every_value_as_containerd_reads_them(containerd, tmp_path_factory, containerd_values,
-                                                                      runc_values, systemd, default_runtime):
+def test_generated_configs_keep_every_value_as_containerd_reads_them(
+        containerd, tmp_path_factory, containerd_values, runc_values, systemd, default_runtime):
     """Only the intended keys change, in what containerd's own `config dump` reads from the file."""
     text = ("version = 2\n"
             + _table('[plugins."io.containerd.grpc.v1.cri".containerd]', containerd_values)

@@ -92,6 +92,38 @@ def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansibl
     assert "changed=0" in done.stdout.split("PLAY RECAP")[1]
 
 
+@pytest.mark.parametrize("role, variables, expected", [
+    ("apt_source", {"apt_source_cache_valid_time": -5, "apt_source_name": "site",
+                    "apt_source_uris": ["http://deb.example.com/debian"], "apt_source_suites": ["bookworm"]},
+     "apt_source_cache_valid_time: -5 is out of range; expected a number from 0 to 31536000 (seconds)"),
+    ("device_plugin", {"device_plugin_wait_timeout": 0},
+     "device_plugin_wait_timeout: 0 is out of range; expected a number from 1 to 86400 (seconds)"),
+    ("device_plugin", {"device_plugin_volcano_device_memory_scaling": 0.0},
+     "device_plugin_volcano_device_memory_scaling: 0.0 is out of range; expected a number from 0.01 to 100 "
+     "(times the memory)"),
+    ("device_plugin", {"device_plugin_volcano_device_split_count": 0},
+     "device_plugin_volcano_device_split_count: 0 is out of range; expected a number from 1 to 1024 (tasks per GPU)"),
+    ("mig_layout", {"mig_layout_drain_timeout": -1},
+     "mig_layout_drain_timeout: -1 is out of range; expected a number from 1 to 86400 (seconds)"),
+    ("nvidia_driver", {"nvidia_driver_reboot_timeout": 0},
+     "nvidia_driver_reboot_timeout: 0 is out of range; expected a number from 1 to 86400 (seconds)"),
+    ("nvidia_driver", {"nvidia_driver_drain_timeout": 100000, "nvidia_driver_allocatable_timeout": -3},
+     "nvidia_driver_drain_timeout: 100000 is out of range; expected a number from 1 to 86400 (seconds); "
+     "nvidia_driver_allocatable_timeout: -3 is out of range"),
+])
+def test_every_role_refuses_an_out_of_range_number_before_any_change(ansible, tmp_path, role, variables, expected):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
+                                     "roles": [{"role": "scv.gpu.%s" % role, "vars": variables}]}]))
+    done = ansible.playbook(str(playbook), None, "--check")
+    assert done.returncode != 0
+    output = " ".join(done.stdout.split())
+    assert expected in output, output
+    assert "Nothing was changed." in output
+    recap = done.stdout.split("PLAY RECAP")[1]
+    assert "changed=0" in recap and "failed=1" in recap and "ok=1" in recap   # the argument spec, then this
+
+
 @pytest.mark.parametrize("variables, expected", [
     ({"scv_publish_update_interval": 0}, "scv_publish_update_interval: expected whole milliseconds of 1 or more, got 0"),
     ({"scv_publish_node_name": ""}, "scv_publish_node_name of host localhost: a node name is needed, got ''"),
