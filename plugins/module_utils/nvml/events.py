@@ -37,11 +37,13 @@ class XidLog:
         self._lock = threading.Lock()
         self._records = {}   # card index -> [XidRecord], oldest first
         self._last = {}      # card index -> the last XID, kept when its record is dropped
+        self._count = 0      # XIDs added so far, of every card: a reader can tell whether any came since
 
     def add(self, index, xid):
         record = XidRecord(index, xid, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), self._clock())
         with self._lock:
             self._records.setdefault(index, []).append(record)
+            self._count += 1
             if index is not None:
                 self._last[index] = xid
         return record
@@ -53,6 +55,11 @@ class XidLog:
             if newer_than is not None:
                 records[:] = [record for record in records if record.seen > newer_than]
             return list(records)
+
+    def count(self):
+        """How many XIDs were added so far (of every card, this session and the ones before)."""
+        with self._lock:
+            return self._count
 
     def last(self):
         """{card index: the last XID seen}, as dcgm-exporter's DCGM_FI_DEV_XID_ERRORS ("value of the

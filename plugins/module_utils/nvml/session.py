@@ -6,6 +6,12 @@
 
 XIDs that NVML reports while a session lasts are kept in its ``xids`` (an ``events.XidLog``); what
 they mean for a card's health is the caller's policy.
+
+NVML is initialised again, and everything read afresh, only when something calls for it: the driver
+version or GPU count changed (asked every ``SYSTEM_CHECK_S``), a call answered UNINITIALIZED,
+DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH (the read is then retried once at once), or a card answered
+GPU_IS_LOST or RESET_REQUIRED (at the next read, then backing off to ``max_lost_backoff_s`` while a card
+stays lost, since a lost card recovers only after a reset).
 """
 
 from __future__ import annotations
@@ -48,6 +54,35 @@ def system_change(known_driver, count, call):
     return None
 
 
+class RecoveryChecks:
+    """When a card's GPU recovery action must be asked: the driver changes it only with an XID.
+
+    A card whose action read 0 is asked again after an XID (of any card), with the counters, or
+    every ``SYSTEM_CHECK_S``; any other answer is asked at every read until it reads 0.
+    """
+
+    def __init__(self):
+        self._clear = {}      # card index -> (clock, XIDs seen) when its action last read 0
+        self._now = self._xids = None
+        self._all = True
+
+    def start(self, now, xids, every_card):
+        self._now, self._xids, self._all = now, xids, every_card
+
+    def due(self, index):
+        clear = self._clear.get(index)
+        return self._all or clear is None or clear[1] != self._xids or self._now - clear[0] >= SYSTEM_CHECK_S
+
+    def read(self, index, card, asked):
+        if card.get("recoveryAction") != 0:
+            self._clear.pop(index, None)
+        elif asked:
+            self._clear[index] = (self._now, self._xids)
+
+    def forget(self):
+        self._clear.clear()
+
+
 class Session:
     """NVML kept initialised across reads, for a long-running reader such as the Scv agent.
 
@@ -56,12 +91,7 @@ class Session:
     ``Static``) are read once per session, every ``static_refresh_s`` seconds, and after :meth:`refresh_static`.
     A read then asks each card only what changes: memory, persistence mode, the health counters, telemetry.
 
-    NVML is initialised again, and everything read afresh, only when something calls for it: the driver
-    version or GPU count changed (asked every ``SYSTEM_CHECK_S``), a call answered UNINITIALIZED,
-    DRIVER_NOT_LOADED or LIB_RM_VERSION_MISMATCH (the read is then retried once at once), or a card answered
-    GPU_IS_LOST or RESET_REQUIRED (at the next read, then backing off to ``max_lost_backoff_s`` while a
-    card stays lost, since a lost card recovers only after a reset). The ``counters`` subset and GPM are
-    read every ``counters_interval_s`` (``self.slow``), and their last values repeated between.
+    The ``counters`` subset and GPM are read every ``counters_interval_s`` (``self.slow``).
     """
 
     def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None,
@@ -82,6 +112,7 @@ class Session:
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
         self._reinit_at = None
         self._lost_backoff = 0.0
+        self._recovery = RecoveryChecks()
 
     # -------------------------------------------------------------- public
 
@@ -129,6 +160,7 @@ class Session:
                 self._handles = []
                 self._uuids = []
                 self._static.clear()
+                self._recovery.forget()
                 self.xids.clear()
         finally:
             self._wanted.clear()
@@ -209,9 +241,12 @@ class Session:
         slow = "counters" in subsets and self.slow.due()
         now_subsets = subsets if slow else [subset for subset in subsets if subset != "counters"]
         cards, lost = [], []
+        self._recovery.start(self.clock(), self.xids.count(), slow)
         for index in range(len(self._handles)):
             static = self._static_for(index, subsets)
-            card = read_card(index, now_subsets, self._handles[index], static, lost)
+            recovery = self._recovery.due(index)
+            card = read_card(index, now_subsets, self._handles[index], static, lost, recovery)
+            self._recovery.read(index, card, recovery)
             if "counters" in subsets:
                 self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)

@@ -443,3 +443,42 @@ def test_gpm_metrics_cost_the_cold_figure_once_per_session_then_the_warm_one(tmp
         pynvml.nvmlShutdown()
     assert costs[0] == pytest.approx(5.7881)
     assert costs[1:] == [pytest.approx(5 * 0.0061)] * 2
+
+
+def test_the_recovery_action_is_asked_again_after_an_xid_not_at_every_read(scenario_file, session, nvml_simulator):
+    """The driver sets a GPU recovery action only with an XID: while it reads 0 and no XID comes it is not
+    asked (0.04 ms a card on an H100), except every SYSTEM_CHECK_S; once it is not 0 it is asked at every read."""
+    path, data = scenario_file("h100_sxm_x8")
+    session.read([])
+    nvml_simulator.reset_calls()
+    assert session.read([])["cardList"][2]["recoveryAction"] == 0
+    assert nvml_simulator.calls_of("nvmlDeviceGetFieldValues") == 0
+
+    data["devices"][2]["recoveryAction"] = 1      # NVML_GPU_RECOVERY_ACTION_GPU_RESET
+    data["devices"][2]["xids"] = [{"xid": 154, "afterMs": 0}]
+    write(path, data)
+    assert session.read([])["cardList"][2]["recoveryAction"] == 0    # the XID has not been seen yet
+    assert session.wait_event(1000) == (2, 154)
+    nvml_simulator.reset_calls()
+    card = session.read([])["cardList"][2]
+    assert nvml_simulator.calls_of("nvmlDeviceGetFieldValues") == 8    # every card once, after an XID
+    assert card["recoveryAction"] == 1 and card["health"] == "Unhealthy"
+    assert any("reset" in reason.lower() for reason in card["healthReasons"]), card["healthReasons"]
+    nvml_simulator.reset_calls()
+    session.read([])
+    assert nvml_simulator.calls_of("nvmlDeviceGetFieldValues") == 1    # the card that is not 0, at every read
+
+    data["devices"][2]["recoveryAction"] = 0      # the GPU was reset
+    write(path, data)
+    nvml_simulator.reset_calls()
+    assert session.read([])["cardList"][2]["health"] == "Healthy"
+    assert nvml_simulator.calls_of("nvmlDeviceGetFieldValues") == 1    # only the card that was not 0
+    nvml_simulator.reset_calls()
+    session.read([])
+    assert nvml_simulator.calls_of("nvmlDeviceGetFieldValues") == 0
+
+    data["devices"][4]["recoveryAction"] = 2      # with no XID: seen at the next periodic check
+    write(path, data)
+    assert session.read([])["cardList"][4]["recoveryAction"] == 0
+    session.clock_control.now += SYSTEM_CHECK_S
+    assert session.read([])["cardList"][4]["recoveryAction"] == 2
