@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -45,11 +46,22 @@ def host(tmp_path):
             cls.scenario.write_text(json.dumps(scenario))
 
         @classmethod
-        def refresh(cls, *extra):
+        def command(cls, extra, timeout_s=None):
             env = dict(os.environ, PATH="%s:/usr/bin:/bin" % bin_dir, LD_LIBRARY_PATH=str(SIMULATOR_DIR),
                        NVMLSIM_CONFIG=str(cls.scenario))
-            return subprocess.run([str(SCRIPT), "--output", str(cls.spec), "--state", str(cls.state)] + list(extra),
-                                  env=env, capture_output=True, text=True, check=False)
+            if timeout_s is not None:
+                env["SCV_GPU_CDI_TIMEOUT"] = str(timeout_s)
+            return [str(SCRIPT), "--output", str(cls.spec), "--state", str(cls.state)] + list(extra), env
+
+        @classmethod
+        def refresh(cls, *extra, timeout_s=None):
+            command, env = cls.command(extra, timeout_s)
+            return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+        @classmethod
+        def start(cls):
+            command, env = cls.command(())
+            return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     shutil.copy(scenario_path("a100_mig"), Host.scenario)
     Host.toolkit("1.17.8")
@@ -111,3 +123,74 @@ def test_a_failing_generate_keeps_the_old_spec(host):
     assert done.returncode == 1 and "left as it was" in done.stderr, done.stdout + done.stderr
     assert host.spec.read_text() == before
     assert not list(host.spec.parent.glob("*partial*"))
+
+
+def stand_in(host, name, body):
+    """Replaces one of the host's programs with a shell script."""
+    program = host.spec.parent.parent.parent / "bin" / name
+    program.unlink(missing_ok=True)
+    program.write_text("#!/bin/sh\n" + body)
+    program.chmod(0o755)
+
+
+VERSION_ONLY = "case \"$1\" in --version) echo 'NVIDIA Container Toolkit CLI version 9 (stand-in)'; exit 0;; esac\n"
+
+
+@pytest.mark.parametrize("program, body, code, message", [
+    ("nvidia-smi", "sleep 60\n", 3, "nvidia-smi did not answer within 2 s; the CDI specification is left as it is"),
+    ("nvidia-ctk", "sleep 60\n", 1, "nvidia-ctk --version failed or did not answer within 2 s (exit 124)"),
+    ("nvidia-ctk", VERSION_ONLY + "sleep 60\n", 1, "nvidia-ctk cdi generate did not finish within 2 s"),
+    ("nvidia-ctk", VERSION_ONLY + "echo 'WARN: could not find libcuda; continuing'\n", 1,
+     "nvidia-ctk cdi generate printed no CDI specification"),
+    ("nvidia-ctk", VERSION_ONLY + "printf 'cdiVersion: 0.5.0\\nkind: nvidia.com/gpu\\n'\n", 1,
+     "nvidia-ctk cdi generate printed no CDI specification"),
+])
+def test_a_hanging_or_garbage_printing_program_leaves_the_spec(host, program, body, code, message):
+    refreshed(host, "generated")
+    before = host.spec.read_text()
+    host.toolkit("1.18.0")             # something changed, so a refresh would generate
+    stand_in(host, program, body)
+    started = time.monotonic()
+    done = host.refresh(timeout_s=2)
+    assert time.monotonic() - started < 15
+    assert done.returncode == code, done.stdout + done.stderr
+    assert message in done.stdout + done.stderr
+    assert host.spec.read_text() == before
+    assert sorted(path.name for path in host.spec.parent.iterdir()) == ["nvidia.yaml"]
+
+
+def test_a_symlinked_spec_stays_a_symlink_and_its_target_is_replaced(host):
+    real = host.spec.parent.parent / "site-cdi" / "gpu.yaml"
+    real.parent.mkdir(parents=True)
+    real.write_text("cdiVersion: 0.3.0\nkind: nvidia.com/gpu\ndevices: []\n")
+    host.spec.parent.mkdir(parents=True)
+    host.spec.symlink_to(real)
+    refreshed(host, "generated")
+    assert host.spec.is_symlink() and host.spec.resolve() == real
+    assert "libnvidia-ml.so." in real.read_text()
+
+
+def test_a_read_only_spec_folder_is_named_and_nothing_is_lost(host):
+    refreshed(host, "generated")
+    before = host.spec.read_text()
+    host.toolkit("1.18.0")
+    subprocess.run(["chattr", "+i", str(host.spec.parent)], check=True)   # read-only even for root
+    try:
+        done = host.refresh()
+    finally:
+        subprocess.run(["chattr", "-i", str(host.spec.parent)], check=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "(read-only?); %s is left as it was" % host.spec in done.stderr
+    assert host.spec.read_text() == before
+
+
+def test_runs_at_the_same_time_generate_once(host):
+    counter = host.spec.parent.parent / "generated-times"
+    stand_in(host, "nvidia-ctk", VERSION_ONLY + "echo x >> %s\nsleep 1\n"
+             "printf 'cdiVersion: 0.5.0\\nkind: nvidia.com/gpu\\ndevices:\\n  - name: all\\n'\n" % counter)
+    runs = [host.start() for _run in range(4)]
+    outputs = sorted(run.communicate(timeout=60)[0].strip() for run in runs)
+    assert [run.returncode for run in runs] == [0, 0, 0, 0]
+    assert outputs == ["generated", "unchanged", "unchanged", "unchanged"], outputs
+    assert counter.read_text() == "x\n"
+    assert sorted(path.name for path in host.spec.parent.iterdir()) == ["nvidia.yaml"]
