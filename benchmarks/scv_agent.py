@@ -140,6 +140,10 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node, "--log-level", "WARNING",
         "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % port] + (
             ["--counters-interval", str(counters_interval)] if counters_interval else [])
+    # The node's Node, as its kubelet registered it: the agent sets its GPUHealthy condition.
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "Node",
+                                                              "metadata": {"name": node}}))
     agent = subprocess.Popen(command, env=env)
     try:
         deadline = time.monotonic() + 30

@@ -279,6 +279,22 @@ def test_an_unhealthy_gpu_sets_the_node_condition_and_recovery_clears_it(agent_o
     assert 3 <= metrics["scv_agent_condition_writes_total"] <= 4
 
 
+def test_a_deleted_node_is_looked_for_not_written_at_every_tick_and_gets_its_condition_back(agent_on_node):
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    plane.kubectl("delete", "node", agent.node)
+    time.sleep(1.5)                       # the tick that meets the deleted Node
+    before = agent.metrics()["scv_agent_api_requests_total"]
+    time.sleep(5)
+    # Five ticks, no write: at most one look for the Node (every 10 s), not a PATCH at every tick.
+    assert agent.metrics()["scv_agent_api_requests_total"] - before <= 1
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": agent.node}}))
+    took = agent.wait_for(lambda: (gpu_condition_of(plane, agent.node) or {}).get("status") == "True", 15)
+    assert took < 10 + 1.5, took
+    assert "there is no Node %s" % agent.node in agent.log.read_text()
+
+
 @pytest.mark.parametrize("agent_on_node", [("--default-interval", "5000", "--xid-hold", "3")], indirect=True)
 def test_an_xid_reaches_the_scv_and_the_node_within_a_second_not_an_interval(agent_on_node):
     agent, plane = agent_on_node, agent_on_node.plane

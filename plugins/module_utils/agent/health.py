@@ -20,6 +20,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.scv.status import now_rfc3
 
 LOG = logging.getLogger("scv-gpu-agent")
 CONDITION_HEARTBEAT_S = 300.0
+# A missing Node (not registered yet, or deleted) is looked for this often: one GET, until it is there.
+NODE_LOOKUP_S = 10.0
 TAINT_KEY = "scv.gpu/gpu-unhealthy"
 COMPONENT = "scv-gpu-agent"
 
@@ -49,19 +51,23 @@ class NodeCondition:
             self._write(wanted, now_s)
         except ApiError as error:
             self.counters.bump("errors")
+            if error.status == 404:
+                # The Node was deleted: look for it again (it may come back) instead of writing at every tick.
+                self.condition, self.node_missing_since = None, None
+                self._missing(now_s)
+                return
             LOG.warning("%s", error)
 
     def _read_current(self, now_s):
         """Reads the condition as the Node has it; False when there is no Node (looked for again later)."""
-        if self.node_missing_since is not None and now_s - self.node_missing_since < CONDITION_HEARTBEAT_S:
+        if self.node_missing_since is not None and now_s - self.node_missing_since < NODE_LOOKUP_S:
             return False   # no Node yet: look again later, not at every tick
         node = self.client.get_node(self.node)
         if node is None:
-            if self.node_missing_since is None:
-                LOG.warning("there is no Node %s: the GPUHealthy condition is not set; looking again every %d s",
-                            self.node, CONDITION_HEARTBEAT_S)
-            self.node_missing_since = now_s
+            self._missing(now_s)
             return False
+        if self.node_missing_since is not None or self.written_at is not None:
+            LOG.info("Node %s is there: setting its GPUHealthy condition", self.node)
         self.node_missing_since = None
         existing = current_condition(node)
         if existing:
@@ -70,6 +76,12 @@ class NodeCondition:
         else:
             self.condition = (None, None, None)
         return True
+
+    def _missing(self, now_s):
+        if self.node_missing_since is None:
+            LOG.warning("there is no Node %s: the GPUHealthy condition is not set; looking again every %d s",
+                        self.node, NODE_LOOKUP_S)
+        self.node_missing_since = now_s
 
     def _write(self, wanted, now_s):
         now = now_rfc3339()
