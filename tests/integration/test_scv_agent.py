@@ -279,6 +279,59 @@ def test_an_unhealthy_gpu_sets_the_node_condition_and_recovery_clears_it(agent_o
     assert 3 <= metrics["scv_agent_condition_writes_total"] <= 4
 
 
+def test_the_scv_definition_deleted_and_installed_again(agent):
+    """The CRD goes (and every Scv with it) and comes back: the agent backs off, then creates its Scv again."""
+    plane = agent.plane
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 20)
+    definition = json.loads(plane.kubectl("get", "crd", "scvs.core.run-linux.com", "-o", "json").stdout)
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+        definition["metadata"].pop(key, None)
+    definition.pop("status", None)
+    plane.kubectl("delete", "crd", "scvs.core.run-linux.com")
+    try:
+        time.sleep(4)
+        assert agent.process.poll() is None
+        failing = agent.metrics()
+        assert failing["scv_agent_errors_total"] >= 1
+    finally:
+        plane.kubectl("create", "-f", "-", input_text=json.dumps(definition))
+    took = agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 40)
+    assert took < 35, took          # within the longest backoff
+    assert agent.metrics()["scv_agent_creates_total"] >= 2
+
+
+def test_two_agents_for_one_node_make_no_write_storm(access, agent_command, tmp_path):
+    """A second agent started for the same node by mistake: both publish the same status, so after the
+    first round neither writes while nothing changes, and a change is written about once, not in a loop."""
+    plane, node = access, "agent-twice"
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = AgentProcess(agent_command, plane, node, tmp_path / "a")
+    second = AgentProcess(agent_command, plane, node, tmp_path / "b")
+    try:
+        first.wait_for(lambda: first.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 20)
+        time.sleep(3)
+
+        def writes():
+            return sum(agent.metrics()["scv_agent_writes_total"] + agent.metrics()["scv_agent_creates_total"]
+                       for agent in (first, second))
+        settled = writes()
+        time.sleep(5)
+        assert writes() == settled                    # nothing changed: nobody wrote
+        first.set_free_memory(2 ** 30)
+        second.set_free_memory(2 ** 30)
+        first.wait_for(lambda: first.scv()["status"]["freeMemorySum"] == 1024, 5)
+        time.sleep(3)
+        assert writes() - settled <= 2, writes() - settled
+        for agent in (first, second):
+            assert agent.process.poll() is None
+    finally:
+        first.stop()
+        second.stop()
+        plane.kubectl("delete", "scv", node, "--ignore-not-found")
+
+
 def test_a_deleted_node_is_looked_for_not_written_at_every_tick_and_gets_its_condition_back(agent_on_node):
     agent, plane = agent_on_node, agent_on_node.plane
     agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
