@@ -300,6 +300,34 @@ def test_the_scv_definition_deleted_and_installed_again(agent):
     assert agent.metrics()["scv_agent_creates_total"] >= 2
 
 
+def test_an_agent_started_before_the_driver_publishes_no_gpu_then_every_gpu(access, agent_command, tmp_path):
+    """nvmlInit fails (the driver is not loaded yet): the Scv offers nothing, the condition says why, the agent
+    keeps trying, and the GPUs appear once the driver answers."""
+    plane, node = access, "agent-before-driver"
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    agent = AgentProcess(agent_command, plane, node, tmp_path, scenario="driver_not_loaded")
+    try:
+        agent.wait_for(lambda: agent.scv()["status"]["cardNumber"] == 0, 20)
+        status = agent.scv()["status"]
+        assert status.get("cardList", []) == [] and status.get("healthyCardNumber", 0) == 0
+        assert status.get("totalMemorySum", 0) == 0
+        condition = gpu_condition_of(plane, node)
+        assert (condition["status"], condition["reason"]) == ("False", "NVMLUnavailable")
+        assert "driver" in condition["message"].lower()
+        shutil.copy(scenario_path("h100_sxm_x8"), agent.scenario)
+        took = agent.wait_for(lambda: agent.scv()["status"]["cardNumber"] == 8, 10)
+        assert took < 3, took
+        agent.wait_for(lambda: gpu_condition_of(plane, node)["status"] == "True", 5)
+        assert agent.process.poll() is None
+    finally:
+        agent.stop()
+        plane.kubectl("delete", "scv", node, "--ignore-not-found")
+        plane.kubectl("delete", "node", node, "--ignore-not-found")
+
+
 def test_two_agents_for_one_node_make_no_write_storm(access, agent_command, tmp_path):
     """A second agent started for the same node by mistake: both publish the same status, so after the
     first round neither writes while nothing changes, and a change is written about once, not in a loop."""

@@ -74,6 +74,13 @@ SCV_CARD_GAUGES = (
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname")
 
 
+def served_fields(served):
+    """The card fact keys behind the DCGM series ``served`` (None: every series, so None: every key)."""
+    if served is None:
+        return None
+    return {path[0] for metric, path, _text in DCGM_CARD_GAUGES if metric in served}
+
+
 # GPM gives percentages and MiB per second; DCGM's profiling fields are ratios and bytes per second.
 _SCALE = {"tensorUtilization": 0.01, "graphicsActivity": 0.01, "dramActivity": 0.01,
           "pcieTxMiBPerSecond": 1048576.0, "pcieRxMiBPerSecond": 1048576.0}

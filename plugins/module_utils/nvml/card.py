@@ -393,10 +393,11 @@ class Static:
         self.unsupported = set()
 
 
-def read_card(index, subsets, handle=None, static=None, lost=None, recovery=True):
+def read_card(index, subsets, handle=None, static=None, lost=None, recovery=True, wanted=None):
     """One card's facts. ``handle`` and ``static`` come from a Session; without them, everything is read.
 
-    ``recovery``: ask the GPU recovery action (a Session leaves it out while it was 0 and no XID came).
+    ``recovery``: ask the GPU recovery action (a Session leaves it out while it was 0 and no XID came);
+    ``wanted``: the costly counters' fact keys to read (None: all).
 
     A card that answers GPU_IS_LOST or RESET_REQUIRED has its index added to ``lost``.
     """
@@ -443,7 +444,7 @@ def read_card(index, subsets, handle=None, static=None, lost=None, recovery=True
             _read_telemetry(reader, card)
         if "counters" in subsets:
             once(read_virtualization)
-            read_counters(reader, card)
+            read_counters(reader, card, wanted)
         if "mig" in subsets:
             once(_read_mig_mode)
             _read_mig_devices(reader, card)

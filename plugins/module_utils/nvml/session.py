@@ -245,7 +245,7 @@ class Session:
         for index in range(len(self._handles)):
             static = self._static_for(index, subsets)
             recovery = self._recovery.due(index)
-            card = read_card(index, now_subsets, self._handles[index], static, lost, recovery)
+            card = read_card(index, now_subsets, self._handles[index], static, lost, recovery, self.slow.wanted)
             self._recovery.read(index, card, recovery)
             if "counters" in subsets:
                 self.slow.fill(index, self._handles[index], card, slow)

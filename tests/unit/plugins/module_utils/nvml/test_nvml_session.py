@@ -12,6 +12,7 @@ from xml.etree import ElementTree
 
 import pytest
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import served_fields
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     GPM_ANY_TENSOR_UTIL,
@@ -482,3 +483,23 @@ def test_the_recovery_action_is_asked_again_after_an_xid_not_at_every_read(scena
     assert session.read([])["cardList"][4]["recoveryAction"] == 0
     session.clock_control.now += SYSTEM_CHECK_S
     assert session.read([])["cardList"][4]["recoveryAction"] == 2
+
+
+def test_counters_no_series_serves_are_not_read(scenario_file, session, nvml_simulator):
+    """A counters file without the energy and profiling series: the energy field (4.3 ms a GPU on an H100)
+    and GPM are not asked; the PCIe replay counter, still served, is."""
+    path, data = scenario_file("h100_sxm_x8")
+    for device in data["devices"]:
+        device.update(fields={"83": 123456, "94": 0}, gpm={"anyTensorUtil": 42})
+    write(path, data)
+    session.slow.wanted = served_fields({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"})
+    nvml_simulator.reset_calls()
+    card = session.read(["counters"])["cardList"][0]
+    assert "energyConsumption" not in card and "pcieReplayCount" in card
+    assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 0
+    session.slow.wanted = None                   # every series served: everything is read
+    session.clock_control.now += 60
+    nvml_simulator.reset_calls()
+    card = session.read(["counters"])["cardList"][0]
+    assert card["energyConsumption"] == 123456
+    assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 8
