@@ -173,8 +173,8 @@ def _read_health(reader, card, telemetry=False, counters=True, recovery=True):
     # NVLink traffic: each field a call of its own would cost the call again.
     # Without ``recovery`` (a Session that read 0 and has seen no XID since) the action is not asked:
     # the driver changes it only with an XID, and the call alone costs 0.04 ms on an H100.
-    wanted = ([FI_DEV_GET_GPU_RECOVERY_ACTION] if recovery else []) + (list(TELEMETRY_FIELDS.values()) if telemetry
-                                                                        else [])
+    wanted = [FI_DEV_GET_GPU_RECOVERY_ACTION] if recovery else []
+    wanted += list(TELEMETRY_FIELDS.values()) if telemetry else []
     fields = reader.query("GPU recovery action", pynvml.nvmlDeviceGetFieldValues, wanted, health=True) \
         if wanted else None
     action_field = fields[0] if fields is not None and recovery else None
