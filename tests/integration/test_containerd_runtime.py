@@ -291,7 +291,7 @@ VALUES = st.one_of(
 )
 
 
-def _table(header, values):
+def toml_table(header, values):
     return header + "\n" + "".join("  v%d = %s  # note [x]\n" % (index, value) for index, value in enumerate(values))
 
 
@@ -302,9 +302,9 @@ def test_generated_configs_keep_every_value_as_containerd_reads_them(
         containerd, tmp_path_factory, containerd_values, runc_values, systemd, default_runtime):
     """Only the intended keys change, in what containerd's own `config dump` reads from the file."""
     text = ("version = 2\n"
-            + _table('[plugins."io.containerd.grpc.v1.cri".containerd]', containerd_values)
+            + toml_table('[plugins."io.containerd.grpc.v1.cri".containerd]', containerd_values)
             + '  default_runtime_name = "runc"\n'
-            + _table('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]', runc_values)
+            + toml_table('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]', runc_values)
             + "  SystemdCgroup = %s\n" % ("true" if systemd else "false"))
     folder = tmp_path_factory.mktemp("generated")
     (folder / "before.toml").write_text(text)
