@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -129,6 +130,31 @@ def test_sighup_reads_the_kubeconfig_again_and_says_so(access, agent_command, no
         agent.wait_for(lambda: "SIGHUP: the kubeconfig %s read again (the same credentials)"
                        % access.node_kubeconfig(node) in agent.log.read_text(), 5)
         assert agent.metrics()["scv_agent_credential_reloads_total"] == 0   # nothing differed
+    finally:
+        agent.stop()
+
+
+def test_a_kubeconfig_replaced_with_garbage_keeps_the_credentials_in_use(access, agent_command, node, tmp_path):
+    """SIGHUP after the kubeconfig became garbage: the agent says why it cannot use it, keeps the
+    credentials it has, goes on publishing, and takes the file again once it is fixed."""
+    kubeconfig = tmp_path / "kubeconfig"
+    shutil.copy(access.node_kubeconfig(node), kubeconfig)
+    agent = AgentProcess(agent_command, access, node, tmp_path, kubeconfig=kubeconfig)
+    good = kubeconfig.read_text()
+    try:
+        agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 1, 20)
+        kubeconfig.write_text("{{{ not yaml: [")
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: "SIGHUP" in agent.log.read_text() and str(kubeconfig) in agent.log.read_text()
+                       and "not YAML" in agent.log.read_text(), 5)
+        ticks = agent.metrics()["scv_agent_ticks_total"]
+        agent.set_free_memory(2 ** 30)
+        agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 1024, 5)   # still publishing
+        assert agent.metrics()["scv_agent_ticks_total"] > ticks and agent.process.poll() is None
+        kubeconfig.write_text(good)
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: "SIGHUP: the kubeconfig %s read again (the same credentials)" % kubeconfig
+                       in agent.log.read_text(), 5)
     finally:
         agent.stop()
 
