@@ -171,12 +171,14 @@ ansible_facts:
           sample: [{"busId": "0000:3b:00.4", "deviceId": "0x2330", "physfn": "0000:3b:00.0", "driver": "nvidia"}]
         pci_unreadable:
           description:
-            - NVIDIA PCI functions whose class could not be read, so it is not known whether they are GPUs,
-              with the reason. The module warns about each.
+            - PCI functions that may be NVIDIA GPUs and cannot be read, with the reason. These are NVIDIA functions
+              whose class cannot be read, and entries of C(/sys/bus/pci/devices) that are broken links (C(vendor)
+              null). The module warns about each.
           returned: always
           type: list
           elements: dict
-          sample: [{"busId": "0000:19:00.0", "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
+          sample: [{"busId": "0000:19:00.0", "vendor": "0x10de",
+                    "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
         driver_version:
           description: The NVIDIA driver's version.
           returned: when NVML is available

@@ -138,12 +138,13 @@ pci_virtual_functions:
   elements: dict
   sample: [{"busId": "0000:3b:00.4", "deviceId": "0x2330", "physfn": "0000:3b:00.0", "driver": "nvidia"}]
 pci_unreadable:
-  description: NVIDIA PCI functions whose class could not be read (so it is not known whether they are GPUs), each with
-    the reason; the module warns about each.
+  description: PCI functions that may be NVIDIA GPUs and cannot be read, each with the reason. These are NVIDIA functions
+    whose class cannot be read, and entries of C(/sys/bus/pci/devices) that are broken links (C(vendor) null). The
+    module warns about each.
   returned: always
   type: list
   elements: dict
-  sample: [{"busId": "0000:19:00.0", "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
+  sample: [{"busId": "0000:19:00.0", "vendor": "0x10de", "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
 next_kernel:
   description:
     - The preflight for a reboot. C(kernel) is the release that boots next, or null when that is not certain, and
@@ -161,7 +162,8 @@ next_kernel:
 nvml_missing:
   description:
     - The PCI GPUs that NVML did not answer for (by PCI address); empty when NVML sees every GPU the
-      bus has. A card that fell off the driver, or a driver that failed to bind one, shows here.
+      bus has. A card that fell off the driver, or a driver that failed to bind one, shows here. A GPU bound to
+      C(vfio-pci) or C(pci-stub) (passed through to a VM) is not missing, as the host's NVML is not meant to see it.
   returned: when I(nvml=true)
   type: list
   elements: dict

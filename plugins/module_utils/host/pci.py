@@ -74,8 +74,9 @@ def nvidia_functions(sysfs="/sys"):
     - ``virtual_functions``: SR-IOV virtual functions (a ``physfn`` link to their GPU), which are
       slices of a GPU handed to VMs, not GPUs of this host: ``busId``, ``deviceId``, ``physfn`` (the
       GPU's address) and ``driver``;
-    - ``unreadable``: NVIDIA functions whose class could not be read, so it is not known whether
-      they are GPUs: ``busId`` and ``problem``.
+    - ``unreadable``: functions that may be NVIDIA GPUs and cannot be read: NVIDIA functions whose
+      class cannot be read, and entries that are broken links (their vendor unknown): ``busId``,
+      ``vendor`` ('0x10de', or None when unknown) and ``problem``.
 
     An unreadable or absent tree gives empty lists: a host without PCI has no GPUs on it.
     """
@@ -87,11 +88,16 @@ def nvidia_functions(sysfs="/sys"):
         return found
     for name in names:
         path = os.path.join(root, name)
+        if os.path.islink(path) and not os.path.exists(path):
+            found["unreadable"].append({"busId": name, "vendor": None,
+                                        "problem": "%s is a broken link, so even its vendor cannot be read" % path})
+            continue
         if _hex(_read(os.path.join(path, "vendor"))) != NVIDIA_VENDOR:
             continue
         klass, device = _hex(_read(os.path.join(path, "class"))), _hex(_read(os.path.join(path, "device")))
         if klass is None:
-            found["unreadable"].append({"busId": name, "problem": "cannot read %s" % os.path.join(path, "class")})
+            found["unreadable"].append({"busId": name, "vendor": "0x%04x" % NVIDIA_VENDOR,
+                                        "problem": "cannot read %s" % os.path.join(path, "class")})
             continue
         device_id = "0x%04x" % device if device is not None else None
         if klass >> 8 not in GPU_CLASSES:
@@ -120,8 +126,9 @@ def pci_facts(sysfs="/sys"):
     functions = nvidia_functions(sysfs)
     facts = {"pci_gpus": functions["gpus"], "pci_virtual_functions": functions["virtual_functions"],
              "pci_unreadable": functions["unreadable"]}
-    warnings = ["PCI function %s of NVIDIA: %s, so whether it is a GPU is not known" % (
-        function["busId"], function["problem"]) for function in functions["unreadable"]]
+    warnings = ["PCI function %s%s: %s, so whether it is %s GPU is not known" % (
+        function["busId"], " of NVIDIA" if function["vendor"] else "", function["problem"],
+        "a" if function["vendor"] else "an NVIDIA") for function in functions["unreadable"]]
     return facts, warnings
 
 
@@ -171,7 +178,13 @@ def bus_key(bus_id):
         return None
 
 
+# Drivers that hold a GPU for a VM: NVML on the host is not meant to see it.
+PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
+
+
 def missing_from_nvml(pci_gpus, nvml_bus_ids):
-    """The PCI GPUs (dicts from :func:`nvidia_gpus`) whose address is not among NVML's."""
+    """The PCI GPUs (dicts from :func:`nvidia_gpus`) whose address is not among NVML's; a GPU bound to
+    vfio-pci or pci-stub (passed through to a VM) is not missing."""
     seen = {bus_key(bus_id) for bus_id in nvml_bus_ids}
-    return [gpu for gpu in pci_gpus if bus_key(gpu["busId"]) not in seen]
+    return [gpu for gpu in pci_gpus
+            if bus_key(gpu["busId"]) not in seen and gpu.get("driver") not in PASSTHROUGH_DRIVERS]

@@ -12,6 +12,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.pci import (
     bus_key,
     missing_from_nvml,
     nvidia_gpus,
+    pci_facts,
 )
 from pci_sysfs import add_function
 from support import scenario_path
@@ -156,5 +157,25 @@ def test_a_function_whose_class_cannot_be_read_is_listed_as_unreadable_not_dropp
     (root / "devices" / "pci0000:00" / "0000:20:00.0" / "class").unlink()   # not NVIDIA's: not ours to report
     found = nvidia_functions(str(root))
     assert [gpu["busId"] for gpu in found["gpus"]] == ["0000:18:00.0"]
-    assert found["unreadable"] == [{"busId": "0000:19:00.0", "problem": "cannot read %s" % (
+    assert found["unreadable"] == [{"busId": "0000:19:00.0", "vendor": "0x10de", "problem": "cannot read %s" % (
         root / "bus" / "pci" / "devices" / "0000:19:00.0" / "class")}]
+
+
+def test_a_gpu_passed_through_to_a_vm_is_not_missing_from_nvml(sysfs):
+    """0000:19:00.0 is bound to vfio-pci: a VM has it, and the host's NVML is not meant to see it."""
+    missing = missing_from_nvml(nvidia_gpus(str(sysfs)), ["00000000:00:06.0", "00000000:18:00.0",
+                                                          "00000000:1A:00.0", "00000000:D0:00.0"])
+    assert missing == []
+    vfio = next(gpu for gpu in nvidia_gpus(str(sysfs)) if gpu["busId"] == "0000:19:00.0")
+    assert vfio["driver"] == "vfio-pci"          # still listed on the bus, with the driver that holds it
+
+
+def test_a_broken_link_is_listed_as_unreadable_with_a_warning(sysfs):
+    listing = sysfs / "bus" / "pci" / "devices"
+    (listing / "0000:3b:00.0").symlink_to("../../../devices/pci0000:3a/0000:3b:00.0")   # nothing there
+    facts, warnings = pci_facts(str(sysfs))
+    assert facts["pci_unreadable"] == [{"busId": "0000:3b:00.0", "vendor": None, "problem": "%s is a broken link, "
+                                        "so even its vendor cannot be read" % (listing / "0000:3b:00.0")}]
+    assert warnings == ["PCI function 0000:3b:00.0: %s is a broken link, so even its vendor cannot be read, so whether "
+                        "it is an NVIDIA GPU is not known" % (listing / "0000:3b:00.0")]
+    assert [gpu["busId"] for gpu in facts["pci_gpus"]][0] == "0000:00:06.0"     # the others are read as before
