@@ -151,10 +151,9 @@ def _matches(item, part):
 
 def walk_menu(menu, default):
     """(item, None) for the entry GRUB boots with ``default``, or (None, why not)."""
-    level, item = menu, None
-    for position, part in enumerate(default.split(">")):
+    level, item, parts = menu, None, default.split(">")
+    for position, part in enumerate(parts):
         part = part.strip()
-        chosen = None
         if part.isdigit():
             chosen = level[int(part)] if int(part) < len(level) else None
         else:
@@ -168,7 +167,7 @@ def walk_menu(menu, default):
         item = chosen
         if item["kind"] == "submenu":
             level = item["children"]
-        elif position < len(default.split(">")) - 1:
+        elif position < len(parts) - 1:
             return None, "'%s' goes on past the entry '%s', which is not a submenu" % (default, item["title"])
     if item is None or item["kind"] != "entry":
         return None, "'%s' names the submenu '%s', not an entry in it" % (default, item["title"] if item else "")
@@ -178,7 +177,7 @@ def walk_menu(menu, default):
 def grub_next(root):
     """(release, how) for a GRUB system, (None, why not) when GRUB's answer is not certain, or None
     when there is no grub.cfg (another boot loader)."""
-    found = [(folder, read_text(os.path.join(root, folder, "grub.cfg"))) for folder in GRUB_FOLDERS]
+    found = ((folder, read_text(os.path.join(root, folder, "grub.cfg"))) for folder in GRUB_FOLDERS)
     folder, text = next(((folder, text) for folder, text in found if text is not None), (None, None))
     if text is None:
         return None

@@ -175,8 +175,8 @@ def _read_health(reader, card, telemetry=False, counters=True, recovery=True):
     # the driver changes it only with an XID, and the call alone costs 0.04 ms on an H100.
     wanted = [FI_DEV_GET_GPU_RECOVERY_ACTION] if recovery else []
     wanted += list(TELEMETRY_FIELDS.values()) if telemetry else []
-    fields = reader.query("GPU recovery action", pynvml.nvmlDeviceGetFieldValues, wanted, health=True) \
-        if wanted else None
+    what = "GPU recovery action" if recovery else "memory temperature and NVLink fields"
+    fields = reader.query(what, pynvml.nvmlDeviceGetFieldValues, wanted, health=True) if wanted else None
     action_field = fields[0] if fields is not None and recovery else None
     for field, (key, _field_id) in zip(fields[int(recovery):] if fields is not None else (), TELEMETRY_FIELDS.items()):
         if field.nvmlReturn == 0:
