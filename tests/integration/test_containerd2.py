@@ -15,9 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
 from support import ROOT
-from test_containerd_runtime import VALUES, dump, run, toml_table   # the same dump, module run and generated values
+from test_containerd_runtime import VALUES, dump, edit_generated, run   # the same dump, module run and generated configs
 
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 RUNTIME = "io.containerd.cri.v1.runtime"
@@ -131,18 +130,5 @@ def test_a_version_2_file_edited_here_is_what_containerd2_runs(capsys, container
 def test_generated_version_3_configs_keep_every_value_as_containerd_2_reads_them(
         containerd2, tmp_path_factory, containerd_values, runc_values, systemd, default_runtime):
     """The version 3 layout through the same generated values: only the intended keys change in containerd 2's dump."""
-    table = "[plugins.'io.containerd.cri.v1.runtime'.containerd"
-    text = ("version = 3\n" + toml_table(table + "]", containerd_values) + "  default_runtime_name = 'runc'\n"
-            + toml_table(table + ".runtimes.runc.options]", runc_values)
-            + "  SystemdCgroup = %s\n" % ("true" if systemd else "false"))
-    folder = tmp_path_factory.mktemp("generated3")
-    (folder / "before.toml").write_text(text)
-    new, _settings = add_runtime(text, "config.toml", NVIDIA, default_runtime)
-    (folder / "after.toml").write_text(new)
-    before, after = dump(containerd2, folder / "before.toml"), dump(containerd2, folder / "after.toml")
-    nvidia = runtime_plugin(after)["containerd"]["runtimes"].pop("nvidia")
-    assert (nvidia["options"]["BinaryName"], nvidia["options"]["SystemdCgroup"]) == (NVIDIA, systemd)
-    assert runtime_plugin(after)["containerd"].pop("default_runtime_name") == ("nvidia" if default_runtime else "runc")
-    runtime_plugin(before)["containerd"].pop("default_runtime_name")
-    before.pop("imports", None), after.pop("imports", None)
-    assert after == before
+    edit_generated(containerd2, tmp_path_factory.mktemp("generated3"), 3, containerd_values, runc_values, systemd,
+                   default_runtime)
