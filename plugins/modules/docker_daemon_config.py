@@ -17,8 +17,12 @@ description:
     other runtimes, and keys this module has never heard of.
   - A missing or empty file counts as C({}). A file that is not valid JSON, whose top level is not an
     object, that gives a key twice in one object, that holds a number JSON cannot (C(NaN), C(Infinity),
-    C(1e400), an integer beyond 64 bits), or that nests more than 64 levels deep, is refused with the
-    file and position named, and left untouched.
+    C(1e400), an integer beyond a 64-bit float), or that nests more than 500 levels deep, is refused with
+    the file and position named, and left untouched.
+  - The file is read as dockerd reads it, which the collection's tests check against dockerd itself - a
+    leading byte order mark and white space around the document are skipped, and a top-level C(null)
+    counts as C({}). dockerd also starts with a key given twice in one object, using one of the values;
+    the module refuses that, because rewriting the file would mean choosing a value for you.
   - Values compare as JSON does, not as Python does, so an existing C(1) is not the C(true) a setting
     asks for, and C(1.0) is not C(1).
   - When O(path) is a symbolic link, the file it points at is merged into and written (atomically,
@@ -30,6 +34,10 @@ description:
     would end up both in daemon.json and as a dockerd flag stops Docker from starting, so the module
     fails and names both instead. C(runtimes) is the exception, because dockerd merges C(--add-runtime)
     flags with the file's runtimes; there only a runtime defined in both places is refused.
+  - Before it writes, the module has Docker check the new file with C(dockerd --validate --config-file),
+    in check mode too (see O(validate)). Docker refuses to start with a file it does not accept, for
+    example a key it does not know or a value of the wrong type; the module then fails with dockerd's
+    reason and writes nothing, and says whether the file was refused already before the merge.
   - Settings that contradict the other options (a C(default-runtime) other than C(nvidia) with
     O(default_runtime=true), a C(runtimes.nvidia) path other than O(runtime_path)) are refused.
 author:
@@ -69,6 +77,21 @@ options:
     description: Refuse to write a setting that dockerd also gets as a command-line flag from its systemd unit.
     type: bool
     default: true
+  validate:
+    description:
+      - Whether the merged file is checked with C(dockerd --validate --config-file) before it is written.
+      - V(auto) checks when O(dockerd) is found and has C(--validate) (Docker 23 and later), and otherwise
+        says why not in RV(validation).
+      - V(always) fails when the file cannot be checked; V(never) does not check.
+      - Only a change is checked; an unchanged file is left as it is.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  dockerd:
+    description: The dockerd that checks the file; a bare name is looked for in C(PATH), C(/usr/bin), C(/usr/sbin)
+      and C(/usr/local/bin).
+    type: str
+    default: dockerd
   unit:
     description: The systemd unit that runs dockerd.
     type: str
@@ -140,6 +163,11 @@ config:
   returned: always
   type: dict
   sample: {"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}}}
+validation:
+  description: Whether dockerd checked the new file, and with what result or why not.
+  returned: always
+  type: str
+  sample: accepted by /usr/bin/dockerd --validate
 backup_file:
   description: The copy of the previous file.
   returned: when O(backup=true) and the file changed
@@ -160,9 +188,46 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.daemon_json import (
     merge,
     parse,
     render,
+    validation_verdict,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.host.files import apply_text, read_text
 from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import UNIT_DIRS, unit_files
+
+VALIDATE_TIMEOUT_S = 60
+
+
+def dockerd_verdict(module, text):
+    """(accepted, detail) of ``dockerd --validate`` on ``text``: accepted is None when it cannot tell."""
+    name = module.params["dockerd"]
+    dockerd = name if "/" in name else module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/usr/local/bin"])
+    if not dockerd or not os.access(dockerd, os.X_OK):
+        return None, "no dockerd found (%s)" % name
+    candidate = os.path.join(module.tmpdir, "daemon.json")
+    with open(candidate, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    command = [dockerd, "--validate", "--config-file", candidate]
+    timeout = module.get_bin_path("timeout")
+    rc, out, err = module.run_command(([timeout, str(VALIDATE_TIMEOUT_S)] if timeout else []) + command)
+    accepted, detail = validation_verdict(rc, out + err)
+    return accepted, detail if accepted is not False else "%s --validate refuses it: %s" % (dockerd, detail)
+
+
+def check_with_dockerd(module, path, previous, text):
+    """What ``validation`` returns; raises DaemonJsonError when dockerd refuses ``text`` or cannot check it
+    and O(validate=always)."""
+    accepted, detail = dockerd_verdict(module, text)
+    if accepted:
+        return "accepted by %s --validate" % (module.params["dockerd"])
+    if accepted is None:
+        if module.params["validate"] == "always":
+            raise DaemonJsonError("validate is always, but the new %s cannot be checked: %s; nothing was written"
+                                  % (path, detail))
+        return "not checked: %s" % detail
+    if previous and previous.strip() and dockerd_verdict(module, previous)[0] is False:
+        raise DaemonJsonError("%s is refused by Docker already, before the merge: %s. Fix the file (Docker does not "
+                              "start with it either); nothing was written" % (path, detail))
+    raise DaemonJsonError("the merged %s would be refused by Docker: %s. Check the settings option; nothing was "
+                          "written" % (path, detail))
 
 
 def main():
@@ -175,6 +240,8 @@ def main():
             settings=dict(type="dict", default={}),
             backup=dict(type="bool", default=False),
             check_unit_flags=dict(type="bool", default=True),
+            validate=dict(type="str", default="auto", choices=["auto", "always", "never"]),
+            dockerd=dict(type="str", default="dockerd"),
             unit=dict(type="str", default="docker.service"),
             unit_search_paths=dict(type="list", elements="path", default=list(UNIT_DIRS)),
         ),
@@ -207,14 +274,16 @@ def main():
                     "setting in both places. Remove the flag from the unit (a drop-in with an empty ExecStart= "
                     "and a new one) or leave the setting out of daemon.json; nothing was written"
                     % (path, ", ".join(key for key, _flag in clashes), "; ".join(flag for _key, flag in clashes)))
+        changed = previous is None or canonical(merged) != canonical(document)
+        text = render(merged, previous or "") if changed else previous
+        validation = "not checked: unchanged" if not changed else \
+            "not checked: validate is never" if params["validate"] == "never" else \
+            check_with_dockerd(module, path, previous, text)
     except DaemonJsonError as error:
         module.fail_json(msg=str(error), path=path)
     except OSError as error:
-        module.fail_json(msg="cannot read %s: %s" % (path, to_native(error)), path=path)
-
-    changed = previous is None or canonical(merged) != canonical(document)
-    text = render(merged, previous or "") if changed else previous
-    result = dict(changed=changed, path=path, written_path=target, config=merged)
+        module.fail_json(msg="cannot read or check %s: %s" % (path, to_native(error)), path=path)
+    result = dict(changed=changed, path=path, written_path=target, config=merged, validation=validation)
     apply_text(module, target, previous, text, result, params["backup"])
     file_args = module.load_file_common_arguments(params, path=target)
     if not module.check_mode or os.path.exists(target):

@@ -19,11 +19,17 @@ from ansible_collections.scv.gpu.plugins.module_utils.common.merge import deep_m
 from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import environment_file, unit_lines
 
 RUNTIME_NAME = "nvidia"
-# Deeper than any daemon.json Docker reads (its deepest settings nest four levels); deeper
-# documents are refused before anything recursive (copy, merge, render) touches them.
-MAX_DEPTH = 64
-# dockerd reads integers into Go's 64-bit types.
-_INT_LIMIT = 2 ** 63
+# Far deeper than any daemon.json setting nests (four levels), and within what Python's parser reads
+# on every supported version (about 990 levels). dockerd reads up to 10000; deeper documents are
+# refused here before anything recursive (copy, merge, render) touches them.
+MAX_DEPTH = 500
+# What dockerd trims around the whole file before it parses (Unicode's White_Space characters), and
+# the byte order mark it skips at the very start.
+_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+         "\u2028\u2029\u202f\u205f\u3000"
+_BOM = "\ufeff"
+# What `dockerd --validate` prints when the dockerd is older than Docker 23, which added the flag.
+NO_VALIDATE_FLAG = "unknown flag: --validate"
 
 
 class DaemonJsonError(Exception):
@@ -58,10 +64,11 @@ def _finite_float(literal):
     return value
 
 
-def _bounded_int(literal):
-    # Compare by length first: int() of a very long literal is slow, or refused outright.
-    if len(literal.lstrip("-")) > 19 or not -_INT_LIMIT <= int(literal) < _INT_LIMIT:
-        raise _BadNumber(literal)
+def _float_range_int(literal):
+    # dockerd reads a number it has no type for (runtime options, say) as a 64-bit float: an integer
+    # of any length is accepted while that float is finite. float() first: int() of a literal of more
+    # than 4300 digits is refused outright, and every such literal is beyond a float anyway.
+    _finite_float(literal)
     return int(literal)
 
 
@@ -103,40 +110,66 @@ def json_kind(value):
     return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
-def parse(text, path):
-    """The document in ``text`` (a dict); empty text is ``{}``.
+def _blank_ends(text):
+    """``text`` without a leading byte order mark, and with the white space dockerd trims around it
+    turned into spaces (newlines kept), so that positions in messages stay those of the file."""
+    text = text[1:] if text.startswith(_BOM) else text
+    core = text.strip(_SPACE)
+    if not core:
+        return ""
+    start = text.index(core)
+    end = start + len(core)
 
-    Raises DaemonJsonError naming ``path`` and the position for invalid JSON, a
-    number JSON cannot hold (NaN, Infinity, 1e400, an integer beyond 64 bits), nesting
-    deeper than MAX_DEPTH, a top level that is not an object, or a key given twice in
-    one object (Docker would silently keep the last one; a merge must not pick for the
-    user).
+    def spaces(part):
+        return re.sub("[^\n]", " ", part)
+
+    return spaces(text[:start]) + core + spaces(text[end:])
+
+
+def parse(text, path):
+    """The document in ``text`` (a dict), read as dockerd reads daemon.json.
+
+    As dockerd does, it skips a leading byte order mark and the white space around the document,
+    and takes an empty file or a top-level ``null`` as no settings (``{}``). The tests hold every
+    such decision against ``dockerd --validate``.
+
+    Raises DaemonJsonError naming ``path`` and the position for invalid JSON, a number dockerd
+    cannot read (NaN, Infinity, 1e400, an integer beyond a 64-bit float), a top level that is not
+    an object: dockerd refuses all of these. Two more are refused although dockerd reads them: a
+    key given twice in one object (dockerd keeps one of the values; a rewrite must not pick for the
+    user), and nesting deeper than MAX_DEPTH.
     """
-    if not text.strip():
+    text = _blank_ends(text)
+    if not text:
         return {}
     try:
         document = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_refuse_constant,
-                              parse_float=_finite_float, parse_int=_bounded_int)
+                              parse_float=_finite_float, parse_int=_float_range_int)
     except json.JSONDecodeError as error:
         raise DaemonJsonError("%s is not valid JSON: %s at line %d, column %d (character %d); fix it or "
                               "remove it, it was left untouched"
                               % (path, error.msg, error.lineno, error.colno, error.pos)) from error
     except _BadNumber as error:
         line, column = _line_and_column(text, error.literal)
-        raise DaemonJsonError("%s: %s at line %d, column %d is not a number JSON can hold (a finite number, "
-                              "integers within 64 bits); dockerd would refuse the file too. Fix it; the file was "
-                              "left untouched" % (path, error.literal[:40], line, column)) from None
+        raise DaemonJsonError("%s: %s at line %d, column %d is not a number dockerd can read (it reads numbers "
+                              "as 64-bit floats: finite, at most about 1.8e308) and dockerd refuses the file. Fix "
+                              "it; the file was left untouched" % (path, error.literal[:40], line, column)) from None
     except RecursionError:
         raise DaemonJsonError("%s nests arrays or objects deeper than Python's parser goes; no daemon.json "
                               "needs more than a few levels. Fix it; the file was left untouched" % path) from None
     except ValueError as error:
-        raise DaemonJsonError("%s: %s; keep one of them, the file was left untouched" % (path, error)) from error
+        raise DaemonJsonError("%s: %s. dockerd starts with it and uses one of the values, but rewriting the file "
+                              "would mean choosing one for you: keep one of them; the file was left untouched"
+                              % (path, error)) from error
+    if document is None:
+        return {}
     if not isinstance(document, dict):
         raise DaemonJsonError("%s holds a JSON %s at the top level, but daemon.json must be an object "
                               "({...}); the file was left untouched" % (path, json_kind(document)))
     if depth(document) > MAX_DEPTH:
-        raise DaemonJsonError("%s nests arrays or objects more than %d levels deep; no daemon.json needs more "
-                              "than a few. Fix it; the file was left untouched" % (path, MAX_DEPTH))
+        raise DaemonJsonError("%s nests arrays or objects more than %d levels deep, more than this module "
+                              "reads; no daemon.json setting needs more than four. Fix it; the file was left "
+                              "untouched" % (path, MAX_DEPTH))
     return document
 
 
@@ -192,6 +225,10 @@ def merge(document, runtime_path, runtime_args, default_runtime, settings):
         raise DaemonJsonError("runtimes is a JSON %s, but Docker expects an object of runtimes; "
                               "fix it in daemon.json first" % json_kind(runtimes))
     nvidia = runtimes.get(RUNTIME_NAME)
+    if nvidia is not None and not isinstance(nvidia, dict):
+        raise DaemonJsonError("runtimes.nvidia is a JSON %s, but Docker expects an object (the runtime's path and "
+                              "arguments) and refuses the file as it is; fix it or remove it in daemon.json first"
+                              % json_kind(nvidia))
     nvidia = dict(nvidia) if isinstance(nvidia, dict) else {}
     nvidia["path"] = runtime_path
     nvidia["runtimeArgs"] = list(runtime_args)
@@ -216,6 +253,21 @@ def render(document, previous_text=""):
         indent = match.group(1) if "\t" in match.group(1) else len(match.group(1))
     text = json.dumps(document, indent=indent, ensure_ascii=False) + "\n"
     return re.sub("[\ud800-\udfff]", lambda lone: "\\u%04x" % ord(lone.group()), text)
+
+
+def validation_verdict(rc, output):
+    """What ``dockerd --validate --config-file FILE`` said: (True, None) accepted, (None, why) it cannot
+    tell (a dockerd before Docker 23, or it did not finish), (False, dockerd's message) refused."""
+    text = " ".join(output.split())
+    if rc == 0:
+        return True, None
+    if NO_VALIDATE_FLAG in text:
+        return None, "this dockerd has no --validate (Docker 23 added it)"
+    if rc == 124:
+        return None, "dockerd --validate did not finish within the time allowed"
+    # "unable to configure the Docker daemon with file FILE: REASON": the temporary file's name says nothing
+    reason = re.sub(r"^.*?unable to configure the Docker daemon with file \S+: ", "", text)
+    return False, reason or "dockerd --validate failed (exit status %d) and printed nothing" % rc
 
 
 # ------------------------------------------------------- dockerd flags in units

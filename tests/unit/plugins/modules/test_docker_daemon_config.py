@@ -172,8 +172,8 @@ def test_extra_settings_merge(capsys, paths):
 # ------------------------------------------------------------ hostile and unlucky input
 
 @pytest.mark.parametrize("text, message", [
-    ('{"mtu": 1e400}', "1e400 at line 1, column 9 is not a number JSON can hold"),
-    ('{"mtu": NaN}', "NaN at line 1, column 9 is not a number JSON can hold"),
+    ('{"mtu": 1e400}', "1e400 at line 1, column 9 is not a number dockerd can read"),
+    ('{"mtu": NaN}', "NaN at line 1, column 9 is not a number dockerd can read"),
     ('{"a": ' + "[" * 3000 + "]" * 3000 + "}", "nests arrays or objects"),
 ])
 def test_unholdable_numbers_and_deep_nesting_are_refused_and_left_untouched(capsys, paths, text, message):

@@ -140,9 +140,24 @@ def test_settings_merge_log_opts_key_by_key():
     assert merged["registry-mirrors"] == ["https://b"]
 
 
-@pytest.mark.parametrize("text", ["", "   \n", "{}"])
+# As dockerd reads them (tests/integration/test_docker_daemon_dockerd.py asks dockerd itself): white
+# space around the document, Unicode's included, a byte order mark at the start, a top-level null.
+@pytest.mark.parametrize("text", ["", "   \n", "{}", "\x0b\u3000", "\ufeff", "\ufeff {}", "null", " \x85null\n",
+                                  "\ufeffnull"])
 def test_empty_is_an_empty_object(text):
     assert parse(text, "/etc/docker/daemon.json") == {}
+
+
+@pytest.mark.parametrize("text", ["\x1c", " \ufeff{}", '{\x0b"debug": true}'])
+def test_what_dockerd_does_not_trim_is_invalid(text):
+    with pytest.raises(DaemonJsonError, match="is not valid JSON"):
+        parse(text, "/etc/docker/daemon.json")
+
+
+def test_positions_count_the_trimmed_white_space():
+    with pytest.raises(DaemonJsonError) as error:
+        parse('\ufeff\n\x0b{\n  "debug": tru\n}', "/etc/docker/daemon.json")
+    assert "at line 3, column 12" in str(error.value)
 
 
 def test_invalid_json_names_file_and_position():
@@ -154,7 +169,7 @@ def test_invalid_json_names_file_and_position():
 
 
 @pytest.mark.parametrize("text, kind", [("[1, 2]", "array"), ('"nvidia"', "string"), ("3", "number"),
-                                        ("null", "null"), ("true", "boolean")])
+                                        ("true", "boolean")])
 def test_non_object_is_refused(text, kind):
     with pytest.raises(DaemonJsonError) as error:
         parse(text, "/etc/docker/daemon.json")
@@ -165,6 +180,7 @@ def test_duplicate_key_is_refused():
     with pytest.raises(DaemonJsonError) as error:
         parse('{"debug": true, "debug": false}', "/x/daemon.json")
     assert str(error.value).startswith('/x/daemon.json: the key "debug" appears more than once')
+    assert "dockerd starts with it and uses one of the values" in str(error.value)
 
 
 def test_render_keeps_indentation_and_order():
@@ -214,17 +230,27 @@ def test_no_unit_no_flags(tmp_path):
     ('{"shutdown-timeout": 1e400}', "1e400", 1, 22),
     ('{\n  "mtu": NaN\n}', "NaN", 2, 10),
     ('{"a": "Infinity",\n "b": [1, -Infinity]}', "-Infinity", 2, 11),
-    ('{"max-concurrent-downloads": 123456789012345678901234567890}', "123456789012345678901234567890", 1, 30),
+    ('{"runtimes": {"r": {"options": {"a": %s}}}}' % ("9" * 309), "9" * 309, 1, 38),
+    ('{"a": -%s}' % ("1" * 5000), "-" + "1" * 5000, 1, 7),      # beyond int()'s 4300 digits too
     ('{"x": "1e400", "y": 1e400}', "1e400", 1, 21),    # the string is not the number
 ])
 def test_numbers_json_cannot_hold_are_refused_with_line_and_column(text, literal, line, column):
     with pytest.raises(DaemonJsonError) as error:
         parse(text, "/etc/docker/daemon.json")
-    assert str(error.value).startswith("/etc/docker/daemon.json: %s at line %d, column %d is not a number JSON "
-                                       "can hold" % (literal, line, column))
+    assert str(error.value).startswith("/etc/docker/daemon.json: %s at line %d, column %d is not a number "
+                                       "dockerd can read" % (literal[:40], line, column))
 
 
-@pytest.mark.parametrize("levels", [65, 500, 5000, 100000])
+@pytest.mark.parametrize("literal", ["123456789012345678901234567890", "9" * 308, "-18446744073709551616", "1e308"])
+def test_numbers_beyond_64_bit_integers_are_read_as_dockerd_reads_them(literal):
+    # dockerd reads a number it has no type for as a 64-bit float: these are finite, it starts.
+    text = '{"runtimes": {"r": {"path": "/r", "options": {"Big": %s}}}}' % literal
+    document = parse(text, "/etc/docker/daemon.json")
+    assert json.dumps(document["runtimes"]["r"]["options"]["Big"]) in (literal, "1e+308")
+    assert render(document).count(literal if literal != "1e308" else "1e+308") == 1
+
+
+@pytest.mark.parametrize("levels", [501, 990, 5000, 100000])
 def test_deep_nesting_is_refused_not_a_recursion_error(levels):
     text = '{"a": ' + "[" * levels + "]" * levels + "}"
     with pytest.raises(DaemonJsonError, match="nests arrays or objects"):
@@ -232,7 +258,7 @@ def test_deep_nesting_is_refused_not_a_recursion_error(levels):
 
 
 def test_nesting_within_the_limit_is_merged():
-    nested = json.loads('{"a": ' + "[" * 60 + "]" * 60 + "}")
+    nested = json.loads('{"a": ' + "[" * 499 + "]" * 499 + "}")
     assert parse(json.dumps(nested), "f") == nested
 
 
