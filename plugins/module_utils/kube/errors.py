@@ -7,11 +7,16 @@
 from __future__ import annotations
 
 import json
+import random
+import time
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import object_name_problem
 
-# The one conflict policy: a read-decide-write cycle that meets a 409 starts over, this many times in all.
+# The one conflict policy: a read-decide-write cycle that meets a 409 starts over, this many times in all,
+# after a pause that doubles from CONFLICT_PAUSE_S, with jitter: writers that collided do not collide again
+# in step, and a writer that never pauses gets about 0.3 s to finish before we give up.
 CONFLICT_ATTEMPTS = 5
+CONFLICT_PAUSE_S = 0.02
 
 
 class ApiError(Exception):
@@ -59,15 +64,22 @@ def causes(body):
     return ["%s: %s" % (cause.get("field", "?"), cause.get("message", "")) for cause in details.get("causes", [])]
 
 
-def retry_on_conflict(cycle, attempts=CONFLICT_ATTEMPTS):
+def retry_on_conflict(cycle, attempts=CONFLICT_ATTEMPTS, sleep=time.sleep):
     """``cycle()``, started over when it fails with a conflict (409), ``attempts`` times in all.
 
-    ``cycle`` must read what it decides from: a conflict means the object moved on meanwhile.
+    ``cycle`` must read what it decides from: a conflict means the object moved on meanwhile. When
+    every attempt meets one, the error says so: another client writes the object without pause.
     """
     for attempt in range(attempts):
         try:
             return cycle()
         except ApiError as error:
-            if not (error.conflict and attempt + 1 < attempts):
+            if not error.conflict:
                 raise
+            if attempt + 1 == attempts:
+                raise ApiError("%s. It changed between our read and our write %d times in a row: another client "
+                               "is writing it without pause. Nothing of ours was written; its managedFields name "
+                               "the writers (kubectl get -o yaml --show-managed-fields). Run again when it settles"
+                               % (error, attempts), conflict=True, status=error.status) from error
+            sleep(CONFLICT_PAUSE_S * 2 ** attempt * random.uniform(0.5, 1.5))
     raise AssertionError("unreachable")
