@@ -178,8 +178,9 @@ KNOWN = {
     "labels": st.lists(st.sampled_from(["a=b", "zone=x"]), max_size=2, unique=True).map(json.dumps),
     "features": st.dictionaries(NAME, st.booleans(), max_size=2).map(json.dumps),
     "runtimes": st.dictionaries(st.sampled_from(["crun", "kata", "nvidia"]), free_value(), min_size=1, max_size=2).map(
-        lambda runtimes: "{%s}" % ", ".join('"%s": {"path": "/usr/bin/%s", "options": {"v": %s}}' % (name, name, value)
-                                           for name, value in runtimes.items())),
+        lambda runtimes: "{%s}" % ", ".join(
+            '"%s": {"path": "/usr/bin/%s", "options": {"v": %s}}' % (name, name, value)
+            for name, value in runtimes.items())),
 }
 
 
