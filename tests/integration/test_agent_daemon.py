@@ -202,3 +202,31 @@ def test_the_metrics_address_takes_ipv6_and_port_only_forms(access, agent_comman
         agent.wait_for(answers, 20)
     finally:
         agent.stop()
+
+
+def test_a_metrics_port_in_use_ends_the_agent_at_once_naming_it_and_publishing_nothing(access, agent_command, node,
+                                                                                      tmp_path):
+    access.kubectl("delete", "scv", node, "--ignore-not-found")
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        agent = AgentProcess(agent_command, access, node, tmp_path, extra=("--metrics-address", "127.0.0.1:%d" % port))
+        assert agent.process.wait(timeout=30) == 2
+    finally:
+        taken.close()
+    log = agent.log.read_text()
+    assert "cannot serve metrics on 127.0.0.1:%d: Address already in use" % port in log, log
+    assert "Traceback" not in log
+    assert agent.scv() is None                   # it stopped before its first tick: nothing published
+
+
+def test_sigterm_ends_a_publishing_agent_within_5_s(access, agent_command, node, tmp_path):
+    agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8")
+    agent.wait_for(lambda: agent.scv() is not None, 20)
+    started = time.monotonic()
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.process.wait(timeout=15) == 0
+    assert time.monotonic() - started < 5.0
+    assert "stopped" in agent.log.read_text()
