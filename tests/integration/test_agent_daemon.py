@@ -204,8 +204,8 @@ def test_the_metrics_address_takes_ipv6_and_port_only_forms(access, agent_comman
         agent.stop()
 
 
-def test_a_metrics_port_in_use_ends_the_agent_at_once_naming_it_and_publishing_nothing(access, agent_command, node,
-                                                                                      tmp_path):
+def test_a_metrics_port_in_use_ends_the_agent_at_once_naming_it_and_publishing_nothing(
+        access, agent_command, node, tmp_path):
     access.kubectl("delete", "scv", node, "--ignore-not-found")
     taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     taken.bind(("127.0.0.1", 0))
