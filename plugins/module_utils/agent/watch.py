@@ -7,12 +7,21 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 
 LOG = logging.getLogger("scv-gpu-agent")
 MAX_BACKOFF_S = 30.0
+
+
+def reconnect_pause(failures, cap_s=MAX_BACKOFF_S, rand=random.random):
+    """Seconds before the watch tries again after ``failures`` failures in a row: 2 ** failures, capped, and
+    drawn at random from its upper half, so that a fleet whose watches broke together (an API server
+    restart) does not come back in step."""
+    ceiling = min(cap_s, 2.0 ** min(failures, 16))
+    return ceiling / 2 + rand() * ceiling / 2
 
 
 class ScvState:
@@ -122,7 +131,7 @@ class ScvWatch:
                     return
                 failures += 1
                 LOG.warning("%s", error)
-                self.stopping.wait(min(MAX_BACKOFF_S, 2 ** failures))
+                self.stopping.wait(reconnect_pause(failures))
 
     def on_event(self, kind, obj):
         """Applies one watch event; True when the watch should end."""
