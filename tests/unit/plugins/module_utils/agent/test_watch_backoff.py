@@ -16,6 +16,6 @@ def test_the_pause_doubles_up_to_the_cap_within_its_upper_half(failures, low, hi
 
 
 def test_pauses_of_a_fleet_are_spread():
-    pauses = sorted(reconnect_pause(5) for _ in range(1000))
+    pauses = sorted(reconnect_pause(5) for _agent in range(1000))
     assert pauses[0] >= 15 and pauses[-1] <= 30
     assert pauses[-1] - pauses[0] > 10          # a thousand agents that failed together come back over > 10 s
