@@ -167,7 +167,7 @@ validation:
   description: Whether dockerd checked the new file, and with what result or why not.
   returned: always
   type: str
-  sample: accepted by /usr/bin/dockerd --validate
+  sample: accepted by dockerd --validate
 backup_file:
   description: The copy of the previous file.
   returned: when O(backup=true) and the file changed

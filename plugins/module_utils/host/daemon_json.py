@@ -117,7 +117,7 @@ def _blank_ends(text):
     core = text.strip(_SPACE)
     if not core:
         return ""
-    start = text.index(core)
+    start = len(text) - len(text.lstrip(_SPACE))
     end = start + len(core)
 
     def spaces(part):
