@@ -79,6 +79,7 @@ def test_a_role_refuses_a_bad_node_name_as_its_first_task(ansible, tmp_path, rol
     ("scv_agent_default_interval", -5, "expected a number from 100 to 3600000 (milliseconds)"),
     ("scv_agent_counters_interval", 0, "expected a number from 1 to 3600 (seconds)"),
     ("scv_agent_request_timeout", 0, "expected a number from 0.1 to 300 (seconds)"),
+    ("scv_agent_api_qps", 0, "expected a number from 0.1 to 1000 (requests a second)"),
 ])
 def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansible, tmp_path, variable, value,
                                                                           expected):

@@ -118,6 +118,9 @@ OPTIONS = (
     ("watch-timeout", _bounded(int, 1, 3600), 300, True, "seconds per watch request"),
     ("request-timeout", _bounded(float, 0.1, 300), 10.0, False,
      "seconds to wait for the API server's answer before a request fails"),
+    ("api-qps", _bounded(float, 0.1, 1000), 5.0, False,
+     "API requests a second the agent may make once its burst is spent (watches included), as client-go's limit"),
+    ("api-burst", _bounded(int, 1, 1000), 10, False, "API requests the agent may make at once before api-qps applies"),
     ("counters-interval", _bounded(float, 1, 3600), 30.0, True,
      "least seconds between reads of the costly counters (energy, PCIe replays, NVLink, vGPU licence) and of GPM "
      "(engine activity), which are read at a scrape of /metrics; dcgm-exporter collects every 30 s"),

@@ -13,8 +13,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.condition import (
     condition_patch,
     current_condition,
     gpu_condition,
-    transition_event,
 )
+from ansible_collections.scv.gpu.plugins.module_utils.agent.events import EventRecorder
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, retry_on_conflict
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import now_rfc3339
 
@@ -38,6 +38,7 @@ class NodeCondition:
         self.condition_since = None    # its lastTransitionTime
         self.written_at = None
         self.node_missing_since = None   # when the Node was last found missing
+        self.events = EventRecorder(client, node, counters, COMPONENT)
 
     def update(self, facts):
         wanted = gpu_condition(facts)
@@ -94,8 +95,7 @@ class NodeCondition:
         if transition:
             LOG.info("Node %s: GPUHealthy is %s (%s): %s", self.node, *wanted)
             if previous[0] is not None or wanted[0] != "True":
-                self.client.create_event(transition_event(node, *wanted, now=now, component=COMPONENT))
-                self.counters.bump("events")
+                self.events.record(node, *wanted, now=now)
 
 
 class NodeTaint:

@@ -23,6 +23,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.health import NodeCo
 from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Readings
 from ansible_collections.scv.gpu.plugins.module_utils.agent.watch import MAX_BACKOFF_S, ScvState, ScvWatch
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
+from ansible_collections.scv.gpu.plugins.module_utils.common.backoff import pause
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, write_status
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
@@ -170,7 +171,8 @@ class Agent:
         except ApiError as error:
             self.counters.bump("errors")
             self.failures += 1
-            backoff = min(MAX_BACKOFF_S, self.interval_s() * 2 ** min(self.failures, 10))
+            # Agents that lost the API server together come back spread over the pause, not in step.
+            backoff = pause(self.failures + 1, self.interval_s(), MAX_BACKOFF_S)
             LOG.warning("%s; trying again in %.1f s", error, backoff)
             return self._ticked(backoff)
         if self.failures:
@@ -219,6 +221,8 @@ class Agent:
         values = {"scv_agent_%s" % name: value for name, value in self.counters.values().items()}
         values.update(
             scv_agent_api_requests=self.client.requests,
+            scv_agent_api_throttled=self.client.limiter.throttled,
+            scv_agent_api_throttled_seconds=self.client.limiter.waited_s,
             scv_agent_credential_reloads=getattr(self.client, "reloads", 0),
             scv_agent_nvml_inits=self.session.inits,
             scv_agent_nvml_static_reads=self.session.static_reads,

@@ -31,11 +31,11 @@ LOG = logging.getLogger("scv-gpu-agent")
 
 def build(config, notify):
     """The Agent the configuration describes; ApiError when a kubeconfig cannot be used."""
-    client = RestClient.from_file(config["kubeconfig"], timeout=config["request-timeout"], resource=SCV)
+    limits = {"timeout": config["request-timeout"], "qps": config["api-qps"], "burst": config["api-burst"]}
+    client = RestClient.from_file(config["kubeconfig"], resource=SCV, **limits)
     taint_client = None
     if config["taint-kubeconfig"]:
-        taint_client = RestClient.from_file(config["taint-kubeconfig"], timeout=config["request-timeout"],
-                                            resource=NODE)
+        taint_client = RestClient.from_file(config["taint-kubeconfig"], resource=NODE, **limits)
     session = Session(static_refresh_s=config["static-refresh"], counters_interval_s=config["counters-interval"])
     session.slow.on_demand = bool(config["metrics-address"])   # the costly counters at most once per scrape
     agent = Agent(client, config["node-name"], session,

@@ -133,6 +133,8 @@ def read_counters_file(path):
 # Help texts of the counters that are not the agent's own Counters (see ``agent.counters``).
 _OTHER_COUNTERS = {
     "scv_agent_api_requests": "API requests made.",
+    "scv_agent_api_throttled": "API requests that waited for the agent's own rate limit (api-qps, api-burst).",
+    "scv_agent_api_throttled_seconds": "Seconds API requests waited for the agent's own rate limit.",
     "scv_agent_credential_reloads": "Times changed credentials were read from disk.",
     "scv_agent_nvml_inits": "Times NVML was initialised (once, then after errors that call for it).",
     "scv_agent_nvml_static_reads": "Times every card's static readings were read.",

@@ -10,6 +10,7 @@ import logging
 import random
 import threading
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.backoff import pause
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 
 LOG = logging.getLogger("scv-gpu-agent")
@@ -20,8 +21,7 @@ def reconnect_pause(failures, cap_s=MAX_BACKOFF_S, rand=random.random):
     """Seconds before the watch tries again after ``failures`` failures in a row: 2 ** failures, capped, and
     drawn at random from its upper half, so that a fleet whose watches broke together (an API server
     restart) does not come back in step."""
-    ceiling = min(cap_s, 2.0 ** min(failures, 16))
-    return ceiling / 2 + rand() * ceiling / 2
+    return pause(failures, 2.0, cap_s, rand)
 
 
 class ScvState:

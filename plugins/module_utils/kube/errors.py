@@ -7,14 +7,15 @@
 from __future__ import annotations
 
 import json
-import random
 import time
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.backoff import pause
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import object_name_problem
 
 # The one conflict policy: a read-decide-write cycle that meets a 409 starts over, this many times in all,
-# after a pause that doubles from CONFLICT_PAUSE_S, with jitter: writers that collided do not collide again
-# in step, and a writer that never pauses gets about 0.3 s to finish before we give up.
+# after a pause of CONFLICT_PAUSE_S to twice that, doubling with each try (``backoff.pause``): writers that
+# collided do not collide again in step, and a writer that never pauses gets 0.3 to 0.6 s to finish before
+# we give up.
 CONFLICT_ATTEMPTS = 5
 CONFLICT_PAUSE_S = 0.02
 
@@ -81,5 +82,5 @@ def retry_on_conflict(cycle, attempts=CONFLICT_ATTEMPTS, sleep=time.sleep):
                                "is writing it without pause. Nothing of ours was written; its managedFields name "
                                "the writers (kubectl get -o yaml --show-managed-fields). Run again when it settles"
                                % (error, attempts), conflict=True, status=error.status) from error
-            sleep(CONFLICT_PAUSE_S * 2 ** attempt * random.uniform(0.5, 1.5))
+            sleep(pause(attempt + 1, 2 * CONFLICT_PAUSE_S, 1.0))
     raise AssertionError("unreachable")

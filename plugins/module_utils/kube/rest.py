@@ -21,10 +21,14 @@ import ssl
 import time
 import urllib.parse
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.backoff import TokenBucket
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, is_missing_object, missing_definition
 from ansible_collections.scv.gpu.plugins.module_utils.kube.kubeconfig import Credentials, file_signature, load_kubeconfig
 
 USER_AGENT = "scv-gpu-agent"
+# client-go's defaults for a client's own rate limit: a burst of 10 requests, then 5 a second.
+DEFAULT_QPS = 5.0
+DEFAULT_BURST = 10
 # ``request``'s ``missing`` when a 404 is an error: no value stands for a missing object.
 NO_DEFAULT = object()
 
@@ -39,10 +43,13 @@ class RestTransport:
     token files (a kubelet's ``kubelet-client-current.pem`` is a symlink that rotation points
     elsewhere) and reads them again when one changed; a 401 or 403 makes it read them again
     and retry once when they differ. Every request gives up after ``timeout`` seconds without
-    an answer.
+    an answer. Every request, watches included, first takes a token from ``limiter`` (``qps`` a
+    second after a burst of ``burst``), as client-go's clients do: a loop gone wrong cannot flood
+    the API server.
     """
 
-    def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None):
+    def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None, qps=DEFAULT_QPS, burst=DEFAULT_BURST):
+        self.limiter = TokenBucket(qps, burst)
         self._path_name = path
         self._base_dir = base_dir
         self._timeout = timeout
@@ -134,6 +141,7 @@ class RestTransport:
 
     def _exchange(self, method, verb, target, path, body, content_type):
         """One request; (status, payload)."""
+        self.limiter.take()
         self.requests += 1
         connection = self.connection()
         try:

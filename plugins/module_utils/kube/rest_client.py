@@ -10,7 +10,7 @@ import json
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, checked_name
 from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER, NODE
-from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import NO_DEFAULT, RestTransport
+from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import DEFAULT_BURST, DEFAULT_QPS, NO_DEFAULT, RestTransport
 
 
 class RestClient(RestTransport):
@@ -20,8 +20,9 @@ class RestClient(RestTransport):
     works with either.
     """
 
-    def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None, resource=NODE):
-        super().__init__(kubeconfig, base_dir, timeout, path)
+    def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None, resource=NODE, qps=DEFAULT_QPS,
+                 burst=DEFAULT_BURST):
+        super().__init__(kubeconfig, base_dir, timeout, path, qps, burst)
         self.resource = resource
 
     def _object(self, method, verb, name, body=None, subresource=None, missing=NO_DEFAULT, check_mode=False,
@@ -80,6 +81,12 @@ class RestClient(RestTransport):
         return self.request("POST", "create", "an Event in %s" % namespace,
                             self.url("/api/v1/namespaces", namespace, "events"), event)
 
+    def patch_event(self, namespace, name, patch):
+        """A merge patch of Event ``name`` in ``namespace`` (its count and lastTimestamp)."""
+        return self.request("PATCH", "patch", "Event %s in %s" % (name, namespace),
+                            self.url("/api/v1/namespaces", namespace, "events", name), patch,
+                            content_type="application/merge-patch+json")
+
     def watch(self, name, resource_version, timeout_seconds):
         """Yields (type, object) for object ``name`` until the server ends the watch.
 
@@ -87,6 +94,7 @@ class RestClient(RestTransport):
         ``timeout`` seconds more ends it with an error.
         """
         target = "%s %s" % (self.resource.kind, checked_name(self.resource.kind, name))
+        self.limiter.take()
         self.requests += 1
         path = self.url(self.resource.base_path, watch="1", fieldSelector="metadata.name=%s" % name,
                         resourceVersion=resource_version, timeoutSeconds=timeout_seconds,
