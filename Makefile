@@ -216,8 +216,8 @@ agent-wheels: $(VENV_STAMP)
 
 # ----------------------------------------------------------------- benchmark
 
-.PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources
-benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources
+.PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet
+benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet
 benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
 benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
@@ -226,6 +226,10 @@ benchmark-agent: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-whe
 	$(VENV)/bin/python benchmarks/scv_agent.py --wheels $(AGENT_WHEELS)
 benchmark-pod-resources: $(VENV_STAMP) $(COLLECTION_LINK)
 	$(VENV)/bin/python benchmarks/pod_resources.py
+# 50, 100 and 200 agents against one API server (about 30 minutes on 2 cores); FLEET_SIZES=10 for a short run.
+FLEET_SIZES ?= 50,100,200
+benchmark-fleet: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
+	$(VENV)/bin/python benchmarks/fleet.py --wheels $(AGENT_WHEELS) --sizes $(FLEET_SIZES)
 
 .PHONY: clean distclean
 clean:

@@ -148,10 +148,11 @@ class CertificateAuthority:
 class ControlPlane:
     """etcd + kube-apiserver under ``directory``; ``state.json`` there records their PIDs."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, apiserver_args=()):
         self.directory = pathlib.Path(directory).resolve()
         self.state_path = self.directory / "state.json"
         self.state = {}
+        self.apiserver_args = list(apiserver_args)   # more flags for kube-apiserver (an audit log)
 
     # ---------------------------------------------------------------- start
 
@@ -171,13 +172,14 @@ class ControlPlane:
         (pki / "service-account.pub").write_bytes(service_account_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
-        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_port, peer_port, api_port, etcd_metrics_port = free_port(), free_port(), free_port(), free_port()
         # The CA key stays in pki/ so that node identities can be issued later, by other processes too.
         self.state = {
             "pids": {},
             "bin": str(binaries),
             "server": "https://127.0.0.1:%d" % api_port,
             "ca": str(ca.cert_path),
+            "etcd_metrics": "http://127.0.0.1:%d/metrics" % etcd_metrics_port,
         }
         self._save()
         try:
@@ -190,7 +192,7 @@ class ControlPlane:
                 "--listen-peer-urls", "http://127.0.0.1:%d" % peer_port,
                 "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer_port,
                 "--initial-cluster", "scv-test=http://127.0.0.1:%d" % peer_port,
-                "--listen-metrics-urls", "http://127.0.0.1:%d" % free_port(),
+                "--listen-metrics-urls", "http://127.0.0.1:%d" % etcd_metrics_port,
                 "--log-level", "warn",
             ])
             self._spawn("kube-apiserver", [
@@ -214,7 +216,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v", "1",
-            ])
+            ] + self.apiserver_args)
             self.state["admin_kubeconfig"] = str(self.kubeconfig("admin", "scv-test-admin", "system:masters"))
             self._save()
             self._wait_ready()

@@ -112,6 +112,7 @@ class Session:
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
         self._reinit_at = None
         self._lost_backoff = 0.0
+        self._lost_identity = {}   # card index: (GPU count, what the card told before it was lost)
         self._recovery = RecoveryChecks()
 
     # -------------------------------------------------------------- public
@@ -251,6 +252,7 @@ class Session:
                 self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)
         self._note_lost(lost)
+        self._keep_lost_identity(cards, lost)
         facts["cardList"] = cards
         facts.update(node_totals(cards))
         return facts
@@ -273,6 +275,31 @@ class Session:
         if entry is None:
             entry = self._static[key] = Static(subsets)
         return entry
+
+    def _keep_lost_identity(self, cards, lost):
+        """A lost card keeps the identity it had when it was lost (UUID, bus ID, model, ...).
+
+        A new NVML session cannot read a lost card's identity, so without this the card would
+        change from "GPU 0 (GPU-...)" to "GPU 0" one read after it was lost: a second write of the
+        Scv and of the Node condition for one fault, and the card an operator must replace no
+        longer named. The identity is kept while the card stays lost at that index and the GPU
+        count stays the same.
+        """
+        count = len(self._handles)
+        for index, card in enumerate(cards):
+            if index not in lost:
+                self._lost_identity.pop(index, None)
+                continue
+            known = self._lost_identity.get(index)
+            if card.get("uuid"):
+                if known is None or known[0] != count:
+                    self._lost_identity[index] = (count, {key: value for key, value in card.items()
+                                                          if key not in ("health", "healthReasons")})
+            elif known is not None and known[0] == count:
+                for key, value in known[1].items():
+                    card.setdefault(key, value)
+            else:
+                self._lost_identity.pop(index, None)
 
     def _note_lost(self, lost):
         """Schedules a new session after a lost card: at the next read, then backing off."""

@@ -212,6 +212,37 @@ def test_a_lost_gpu_starts_a_new_session_then_backs_off(scenario_file, session):
     assert session.inits == 4                      # healthy again: no more new sessions
 
 
+def test_a_card_lost_under_a_session_keeps_its_identity_in_the_next(scenario_file, session):
+    """One fault, one change: the new session cannot read the lost card's UUID, and still names it."""
+    path, data = scenario_file("h100_sxm_x8")
+    healthy = session.read([])["cardList"][0]
+    data["devices"][0]["errors"] = {"*": "GPU_IS_LOST"}
+    write(path, data)
+    first = session.read([])["cardList"][0]
+    second = session.read([])["cardList"][0]        # a new session: the card answers nothing
+    assert session.inits == 2
+    assert first == second and first["health"] == "Unhealthy"
+    for key in ("uuid", "pciBusId", "model", "clock", "power"):
+        assert second[key] == healthy[key]
+    assert "freeMemory" not in second               # only what it told before, nothing read now
+    del data["devices"][0]["errors"]
+    write(path, data)
+    session.clock_control.now += 1
+    assert session.read([])["cardList"][0]["health"] == "Healthy"
+
+
+def test_a_lost_card_is_not_named_after_the_gpu_count_changed(scenario_file, session):
+    path, data = scenario_file("h100_sxm_x8")
+    session.read([])
+    data["devices"][0]["errors"] = {"*": "GPU_IS_LOST"}
+    write(path, data)
+    assert session.read([])["cardList"][0]["uuid"]
+    data["devices"].pop()                           # a GPU gone as well: the indexes may mean other cards
+    write(path, data)
+    card = session.read([])["cardList"][0]
+    assert session.inits == 2 and "uuid" not in card and card["health"] == "Unhealthy"
+
+
 def test_a_static_query_that_failed_is_asked_again(scenario_file, session):
     path, data = scenario_file("titan_xp")
     data["devices"][0]["errors"] = {"nvmlDeviceGetMaxClockInfo": {"error": "UNKNOWN", "times": 1}}
