@@ -216,8 +216,10 @@ agent-wheels: $(VENV_STAMP)
 
 # ----------------------------------------------------------------- benchmark
 
-.PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet
-benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet
+.PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet \
+	benchmark-site-fleet
+benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet \
+	benchmark-site-fleet
 benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
 benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
@@ -230,6 +232,9 @@ benchmark-pod-resources: $(VENV_STAMP) $(COLLECTION_LINK)
 FLEET_SIZES ?= 50,100,200
 benchmark-fleet: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	$(VENV)/bin/python benchmarks/fleet.py --wheels $(AGENT_WHEELS) --sizes $(FLEET_SIZES)
+# site.yml over an inventory of 100 local hosts with forks 10 and 50 (about 30 minutes on 2 cores).
+benchmark-site-fleet: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
+	$(VENV)/bin/python benchmarks/site_fleet.py
 
 .PHONY: clean distclean
 clean:

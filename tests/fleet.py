@@ -23,23 +23,22 @@ import urllib.request
 from control_plane import CertificateAuthority, ControlPlane
 from support import SIMULATOR_DIR, install_scv_crd, scenario_path
 
-# Metadata of every request by a node identity; nothing of anyone else's (kubectl, the benchmark).
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [{"level": "Metadata", "userGroups": ["system:nodes"]}, {"level": "None"}],
-}
+# Metadata of every request by a node identity (``everyone``: by anyone but the API server itself).
+NODES_ONLY = [{"level": "Metadata", "userGroups": ["system:nodes"]}, {"level": "None"}]
+EVERYONE = [{"level": "None", "users": ["system:apiserver"]}, {"level": "Metadata"}]
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
-Request = collections.namedtuple("Request", "at node verb what code")
+# ``node``: the node of a system:node:<node> identity (else the user name); ``name``: the object's.
+Request = collections.namedtuple("Request", "at node verb what name code user")
 
 
-def audited_plane(directory):
-    """A started ControlPlane whose kube-apiserver audits the nodes' requests into ``directory``/audit.log."""
+def audited_plane(directory, everyone=False):
+    """A started ControlPlane whose kube-apiserver audits the nodes' requests (or everyone's) into
+    ``directory``/audit.log."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     policy = directory / "audit-policy.json"
-    policy.write_text(json.dumps(AUDIT_POLICY))
+    policy.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                                  "omitStages": ["RequestReceived"], "rules": EVERYONE if everyone else NODES_ONLY}))
     log = directory / "audit.log"
     plane = ControlPlane(directory / "plane", apiserver_args=[
         "--audit-policy-file", str(policy), "--audit-log-path", str(log), "--audit-log-format", "json",
@@ -58,8 +57,9 @@ class AuditLog:
     def __init__(self, path):
         self.path = pathlib.Path(path)
 
-    def requests(self, since=None, until=None):
-        """Requests received from ``since`` to ``until`` (wall-clock seconds, ``time.time()``), in order."""
+    def requests(self, since=None, until=None, users=None):
+        """Requests received from ``since`` to ``until`` (wall-clock seconds, ``time.time()``), in order;
+        only those of ``users`` (user names) when given."""
         seen, found = set(), []
         if not self.path.exists():
             return found
@@ -76,10 +76,12 @@ class AuditLog:
                 if (since is not None and at < since) or (until is not None and at >= until):
                     continue
                 user = record.get("user", {}).get("username", "")
+                if users is not None and user not in users:
+                    continue
                 ref = record.get("objectRef") or {}
                 what = ref.get("resource", "(no resource)") + ("/" + ref["subresource"] if ref.get("subresource") else "")
-                found.append(Request(at, user.rsplit(":", 1)[-1], record.get("verb"), what,
-                                     (record.get("responseStatus") or {}).get("code")))
+                found.append(Request(at, user.rsplit(":", 1)[-1], record.get("verb"), what, ref.get("name"),
+                                     (record.get("responseStatus") or {}).get("code"), user))
         return sorted(found)
 
 

@@ -15,6 +15,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiErro
 
 LOG = logging.getLogger("scv-gpu-agent")
 MAX_BACKOFF_S = 30.0
+# The annotation of the bookmark that ends a watch-list's first events (the objects as they are now).
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 def reconnect_pause(failures, cap_s=MAX_BACKOFF_S, rand=random.random):
@@ -106,6 +108,7 @@ class ScvWatch:
         self.wake = wake
         self.stopping = stopping
         self.timeout = timeout
+        self.watch_list = True       # the server sends the object first when a watch starts from none
         self._thread = None
 
     def ensure(self):
@@ -114,24 +117,67 @@ class ScvWatch:
             self._thread.start()
 
     def _forever(self):
-        failures = 0
+        failures, resync = 0, False
         while not self.stopping.is_set():
             version = self.state.version()
             if version is None:
                 return
             try:
-                for kind, obj in self.client.watch(self.node, version, self.timeout):
-                    failures = 0
-                    if self.on_event(kind, obj):
-                        return
+                if resync and not self.watch_list:
+                    self._read_again()
+                    resync = False
+                    continue
+                if self._watch(None if resync else version):
+                    return
+                failures, resync = 0, False
             except ApiError as error:
                 if error.status == 410:
-                    # Our resourceVersion is too old: forget the object, the next tick reads it.
-                    self.state.forget()
-                    return
+                    # Our resourceVersion is older than the server keeps (a restarted API server's watch cache
+                    # starts at its own): start again from the object as it is now, at once.
+                    resync = True
+                    continue
+                if resync and self.watch_list and error.status in (400, 403, 422):
+                    LOG.info("the API server does not serve watch-lists (%s): reading the Scv before watching",
+                             error)
+                    self.watch_list = False
+                    continue
                 failures += 1
+                # After an error the server may have restarted: start from the object as it is now.
+                resync = True
                 LOG.warning("%s", error)
                 self.stopping.wait(reconnect_pause(failures))
+
+    def _watch(self, version):
+        """One watch request, from ``version`` or (None) from the object as it is now; True when the watch
+        should end for good."""
+        initial, seen = version is None, False
+        for kind, obj in self.client.watch(self.node, version, self.timeout):
+            if initial and kind in ("ADDED", "MODIFIED"):
+                seen = True
+            elif initial and kind == "BOOKMARK" and \
+                    ((obj.get("metadata") or {}).get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                initial = False
+                if not seen:
+                    self._gone()
+                    return True
+            if self.on_event(kind, obj):
+                return True
+        return False
+
+    def _read_again(self):
+        """For servers without watch-lists: the object and the store's revision by one list request."""
+        items, version = self.client.list_named(self.node)
+        if not items:
+            self._gone()
+            return
+        self.on_event("MODIFIED", items[0])
+        if version:
+            self.state.bookmark(version)
+
+    def _gone(self):
+        LOG.warning("Scv %s is gone; creating it again", self.node)
+        self.state.deleted()
+        self.wake.set()
 
     def on_event(self, kind, obj):
         """Applies one watch event; True when the watch should end."""

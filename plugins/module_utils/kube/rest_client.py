@@ -87,18 +87,29 @@ class RestClient(RestTransport):
                             self.url("/api/v1/namespaces", namespace, "events", name), patch,
                             content_type="application/merge-patch+json")
 
+    def list_named(self, name):
+        """(the objects named ``name``: none or one, the list's resourceVersion: the store's revision now)."""
+        found = self.request("GET", "list", "%s %s" % (self.resource.kind, checked_name(self.resource.kind, name)),
+                             self.url(self.resource.base_path, fieldSelector="metadata.name=%s" % name),
+                             resource=self.resource)
+        return found.get("items") or [], (found.get("metadata") or {}).get("resourceVersion")
+
     def watch(self, name, resource_version, timeout_seconds):
         """Yields (type, object) for object ``name`` until the server ends the watch.
 
-        The server ends it after ``timeout_seconds``; a server that goes silent for
-        ``timeout`` seconds more ends it with an error.
+        With ``resource_version`` None the watch starts from the object as it is now: the server
+        sends it first (ADDED, when it exists), then a BOOKMARK marked ``k8s.io/initial-events-end``
+        (Kubernetes' watch-list; one request instead of a read and a watch). The server ends the
+        watch after ``timeout_seconds``; a server that goes silent for ``timeout`` seconds more ends
+        it with an error.
         """
         target = "%s %s" % (self.resource.kind, checked_name(self.resource.kind, name))
         self.limiter.take()
         self.requests += 1
+        start = {"resourceVersion": resource_version} if resource_version is not None else {
+            "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         path = self.url(self.resource.base_path, watch="1", fieldSelector="metadata.name=%s" % name,
-                        resourceVersion=resource_version, timeoutSeconds=timeout_seconds,
-                        allowWatchBookmarks="true")
+                        timeoutSeconds=timeout_seconds, allowWatchBookmarks="true", **start)
         timeout = timeout_seconds + self._timeout
         connection = self.connection(timeout=timeout)
         try:

@@ -1,0 +1,143 @@
+"""playbooks/site.yml over an inventory of many hosts: wall time, controller work and API requests per host.
+
+Every host is this machine through a local connection, with GPUs of its own: its
+``ansible_python_interpreter`` is a small wrapper that points the NVML simulator at the host's
+scenario file, so ``gpu_facts`` on host-017 reads host-017's eight H100s. The Nodes exist, as their
+kubelets would have registered them. As ``make demo`` does, the stages that change hosts (driver,
+toolkit, agent: tag ``host_roles``) run in check mode and the API stages (Scv, labels, device
+plugin) for real against a kube-apiserver whose audit log records every request. The driver play
+runs on every host at once (``scv_gpu_serial=100%``, a first install of idle machines).
+
+For each number of forks, on a fresh control plane: a first run, then an unchanged rerun. Reported:
+wall time, the controller's CPU time (ansible-playbook and everything it started), API requests
+per host (those naming the host's Node or Scv) and cluster-wide ones (the CRD, RBAC, the admission
+policy, the DaemonSet: applied once per run), and writes. Run it with ``make benchmark-site-fleet``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
+
+# pylint: disable=wrong-import-position
+from fleet import WRITE_VERBS, audited_plane  # noqa: E402
+from support import COLLECTIONS, SIMULATOR_DIR, scenario_path  # noqa: E402
+
+
+def write_inventory(work, hosts):
+    """An inventory of ``hosts`` local hosts, each with its own simulated GPUs; returns its path."""
+    entries = {}
+    for host in hosts:
+        scenario = work / ("%s.json" % host)
+        shutil.copy(scenario_path("h100_sxm_x8"), scenario)
+        interpreter = work / ("%s-python" % host)
+        interpreter.write_text("#!/bin/sh\nNVMLSIM_CONFIG=%s LD_LIBRARY_PATH=%s exec %s \"$@\"\n" % (
+            scenario, SIMULATOR_DIR, sys.executable))
+        interpreter.chmod(0o755)
+        entries[host] = {"ansible_connection": "local", "ansible_python_interpreter": str(interpreter),
+                         "k8s_node_name": host}
+    inventory = work / "inventory.json"
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {"hosts": entries}}}}))
+    return inventory
+
+
+def site_run(inventory, plane, forks, work):
+    """Both halves of site.yml; (wall seconds, controller CPU seconds)."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_LOCAL_TEMP=str(work / "tmp"),
+               ANSIBLE_HOST_KEY_CHECKING="False")
+    command = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+               "--forks", str(forks), "-e", "scv_gpu_kubeconfig=%s" % plane.admin_kubeconfig,
+               # A first install of idle machines, as site.yml's header says: the driver play on every host at
+               # once (its default, one host at a time, is for drivers changed under a working cluster).
+               "-e", "scv_gpu_serial=100%",
+               str(ROOT / "playbooks" / "site.yml")]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    for stages in (["--tags", "host_roles", "--check"], ["--skip-tags", "host_roles"]):
+        done = subprocess.run(command + stages, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError("site.yml failed:\n%s%s" % (done.stdout[-4000:], done.stderr[-2000:]))
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def api_requests(plane, hosts, since, until):
+    """Requests by the run's identity: per host (naming its Node or Scv) and cluster-wide, and writes of each."""
+    per_host, cluster = collections.Counter(), collections.Counter()
+    host_writes, cluster_writes = collections.Counter(), collections.Counter()
+    names = set(hosts)
+    for request in plane.audit_log.requests(since, until, users=("scv-test-admin",)):
+        if request.name in names:
+            per_host[request.name] += 1
+            host_writes[request.name] += request.verb in WRITE_VERBS
+        else:
+            cluster["%s %s" % (request.verb, request.what)] += 1
+            cluster_writes["%s %s" % (request.verb, request.what)] += request.verb in WRITE_VERBS
+    counts = [per_host[host] for host in hosts]
+    return {
+        "per_host_mean": sum(counts) / len(hosts), "per_host_max": max(counts),
+        "host_writes": sum(host_writes.values()),
+        "cluster_wide": dict(cluster), "cluster_writes": sum(cluster_writes.values()),
+    }
+
+
+def run_forks(work, size, forks):
+    hosts = ["host-%03d" % index for index in range(size)]
+    plane = audited_plane(work / ("plane-%d" % forks), everyone=True)
+    try:
+        items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": host}} for host in hosts]
+        plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                   "items": items}))
+        inventory = write_inventory(work, hosts)
+        runs = []
+        for name in ("first run", "unchanged rerun"):
+            since = time.time()
+            wall, cpu = site_run(inventory, plane, forks, work)
+            time.sleep(2)   # the audit log's last lines
+            runs.append(dict(api_requests(plane, hosts, since, time.time()), name=name, wall=wall, cpu=cpu))
+        return runs
+    finally:
+        plane.stop()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--forks", default="10,50")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    work = pathlib.Path(tempfile.mkdtemp(prefix="scv-site-fleet-"))
+    results = {}
+    try:
+        print("machine: %s, %d cores; %d hosts" % (platform.platform(), os.cpu_count(), args.hosts))
+        for forks in (int(text) for text in args.forks.split(",")):
+            results[forks] = run_forks(work, args.hosts, forks)
+            for run in results[forks]:
+                print("forks %d, %s: %.0f s wall, controller CPU %.1f s (%.2f s per host); API requests per host "
+                      "mean %.2f, max %d, writes %d in all; cluster-wide: %d requests, %d writes %s" % (
+                          forks, run["name"], run["wall"], run["cpu"], run["cpu"] / args.hosts,
+                          run["per_host_mean"], run["per_host_max"], run["host_writes"],
+                          sum(run["cluster_wide"].values()), run["cluster_writes"], json.dumps(run["cluster_wide"])))
+            sys.stdout.flush()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if args.json:
+            pathlib.Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
