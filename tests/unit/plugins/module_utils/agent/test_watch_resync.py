@@ -85,7 +85,7 @@ def test_an_error_event_410_in_the_stream_does_the_same(run):
 
 
 def test_after_an_outage_the_watch_starts_from_now(run):
-    client = Scripted([OSErrorLike(), [("ADDED", scv(50)), initial_end(51)]])
+    client = Scripted([unreachable(), [("ADDED", scv(50)), initial_end(51)]])
     run(client)
     assert client.calls[:2] == [("watch", "10"), ("watch", None)]
 
