@@ -3,15 +3,21 @@
 Every host is this machine through a local connection, with GPUs of its own: its
 ``ansible_python_interpreter`` is a small wrapper that points the NVML simulator at the host's
 scenario file, so ``gpu_facts`` on host-017 reads host-017's eight H100s. The Nodes exist, as their
-kubelets would have registered them. As ``make demo`` does, the stages that change hosts (driver,
-toolkit, agent: tag ``host_roles``) run in check mode and the API stages (Scv, labels, device
-plugin) for real against a kube-apiserver whose audit log records every request. The driver play
-runs on every host at once (``scv_gpu_serial=100%``, a first install of idle machines).
+kubelets would have registered them. The kube-apiserver's audit log records every request.
 
-For each number of forks, on a fresh control plane: a first run, then an unchanged rerun. Reported:
-wall time, the controller's CPU time (ansible-playbook and everything it started), API requests
-per host (those naming the host's Node or Scv) and cluster-wide ones (the CRD, RBAC, the admission
-policy, the DaemonSet: applied once per run), and writes. Run it with ``make benchmark-site-fleet``.
+- **API stages** (Scv, labels, device plugin), for real, over ``--hosts`` hosts (100) with each
+  number of ``--forks`` (10 and 50), each on a fresh control plane: a first run, then an unchanged
+  rerun. Reported: wall time, CPU time (ansible-playbook and all it started: with local
+  connections the hosts' modules run here too), API requests per host (those naming the host's
+  Node or Scv) and cluster-wide ones (the CRD, RBAC, the admission policy, the DaemonSet: once per
+  run), write requests, and the objects whose resourceVersion moved (what was really stored).
+- **Host stages** (driver, toolkit, agent: tag ``host_roles``) in check mode, as ``make demo``
+  runs them, over ``--host-stage-hosts`` hosts (10): with local connections each host's share
+  runs on this machine (about 40 s of CPU), so 100 of them would measure this machine, not
+  Ansible's controller.
+
+The driver play runs on every host at once (``scv_gpu_serial=100%``, a first install of idle
+machines). Run it with ``make benchmark-site-fleet``.
 """
 
 from __future__ import annotations
@@ -54,8 +60,29 @@ def write_inventory(work, hosts):
     return inventory
 
 
-def site_run(inventory, plane, forks, work):
-    """Both halves of site.yml; (wall seconds, controller CPU seconds)."""
+HOST_STAGES = ["--tags", "host_roles", "--check"]
+API_STAGES = ["--skip-tags", "host_roles"]
+# What the API stages write, by kind: a storage write shows as a new resourceVersion.
+WRITTEN_KINDS = "customresourcedefinitions,clusterroles,clusterrolebindings,validatingadmissionpolicies," \
+                "validatingadmissionpolicybindings,daemonsets,nodes,scvs"
+
+
+def versions(plane):
+    """{kind/namespace/name: resourceVersion} of every object the API stages may write.
+
+    Asked as another identity than the playbook's, so that these reads are not counted as its own.
+    """
+    observer = plane.kubeconfig("observer", "bench-observer", "system:masters")
+    kinds = WRITTEN_KINDS if plane.kubectl("get", "crd", "scvs.core.run-linux.com", check=False,
+                                           kubeconfig=observer).returncode == 0 \
+        else WRITTEN_KINDS.replace(",scvs", "")   # before the first run installs the CRD
+    listed = json.loads(plane.kubectl("get", kinds, "-A", "-o", "json", kubeconfig=observer).stdout)["items"]
+    return {"%s/%s/%s" % (item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"]):
+            item["metadata"]["resourceVersion"] for item in listed}
+
+
+def site_run(inventory, plane, forks, work, stages):
+    """site.yml with ``stages``; (wall seconds, CPU seconds of ansible-playbook and all it started)."""
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_LOCAL_TEMP=str(work / "tmp"),
                ANSIBLE_HOST_KEY_CHECKING="False")
     command = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
@@ -66,10 +93,9 @@ def site_run(inventory, plane, forks, work):
                str(ROOT / "playbooks" / "site.yml")]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    for stages in (["--tags", "host_roles", "--check"], ["--skip-tags", "host_roles"]):
-        done = subprocess.run(command + stages, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError("site.yml failed:\n%s%s" % (done.stdout[-4000:], done.stderr[-2000:]))
+    done = subprocess.run(command + stages, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError("site.yml failed:\n%s%s" % (done.stdout[-4000:], done.stderr[-2000:]))
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -95,9 +121,9 @@ def api_requests(plane, hosts, since, until):
     }
 
 
-def run_forks(work, size, forks):
+def run_forks(work, size, forks, stages):
     hosts = ["host-%03d" % index for index in range(size)]
-    plane = audited_plane(work / ("plane-%d" % forks), everyone=True)
+    plane = audited_plane(work / ("plane-%d-%d" % (size, forks)), everyone=True)
     try:
         items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": host}} for host in hosts]
         plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
@@ -105,34 +131,48 @@ def run_forks(work, size, forks):
         inventory = write_inventory(work, hosts)
         runs = []
         for name in ("first run", "unchanged rerun"):
-            since = time.time()
-            wall, cpu = site_run(inventory, plane, forks, work)
+            since, before = time.time(), versions(plane)
+            wall, cpu = site_run(inventory, plane, forks, work, stages)
             time.sleep(2)   # the audit log's last lines
-            runs.append(dict(api_requests(plane, hosts, since, time.time()), name=name, wall=wall, cpu=cpu))
+            after = versions(plane)
+            stored = sorted(key for key, version in after.items() if before.get(key) != version)
+            runs.append(dict(api_requests(plane, hosts, since, time.time()), name=name, wall=wall, cpu=cpu,
+                             stored=stored))
         return runs
     finally:
         plane.stop()
 
 
+def print_run(stages, hosts, forks, run):
+    print("%s, %d hosts, forks %d, %s: %.0f s wall, CPU %.1f s (%.2f s per host); API requests per host mean %.2f, "
+          "max %d, writes %d in all; cluster-wide: %d requests, %d writes %s; objects stored anew: %d %s" % (
+              stages, hosts, forks, run["name"], run["wall"], run["cpu"], run["cpu"] / hosts, run["per_host_mean"],
+              run["per_host_max"], run["host_writes"], sum(run["cluster_wide"].values()), run["cluster_writes"],
+              json.dumps(run["cluster_wide"]), len(run["stored"]), " ".join(run["stored"][:12])))
+    sys.stdout.flush()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--hosts", type=int, default=100, help="hosts for the API stages")
     parser.add_argument("--forks", default="10,50")
+    parser.add_argument("--host-stage-hosts", type=int, default=10,
+                        help="hosts for the host stages in check mode (each costs this machine about 40 s of CPU)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="scv-site-fleet-"))
-    results = {}
+    results = {"api": {}, "host": {}}
     try:
-        print("machine: %s, %d cores; %d hosts" % (platform.platform(), os.cpu_count(), args.hosts))
+        print("machine: %s, %d cores" % (platform.platform(), os.cpu_count()))
         for forks in (int(text) for text in args.forks.split(",")):
-            results[forks] = run_forks(work, args.hosts, forks)
-            for run in results[forks]:
-                print("forks %d, %s: %.0f s wall, controller CPU %.1f s (%.2f s per host); API requests per host "
-                      "mean %.2f, max %d, writes %d in all; cluster-wide: %d requests, %d writes %s" % (
-                          forks, run["name"], run["wall"], run["cpu"], run["cpu"] / args.hosts,
-                          run["per_host_mean"], run["per_host_max"], run["host_writes"],
-                          sum(run["cluster_wide"].values()), run["cluster_writes"], json.dumps(run["cluster_wide"])))
-            sys.stdout.flush()
+            results["api"][forks] = run_forks(work, args.hosts, forks, API_STAGES)
+            for run in results["api"][forks]:
+                print_run("API stages", args.hosts, forks, run)
+        if args.host_stage_hosts:
+            forks = min(10, args.host_stage_hosts)
+            results["host"][forks] = run_forks(work, args.host_stage_hosts, forks, HOST_STAGES)
+            for run in results["host"][forks]:
+                print_run("host stages (check mode)", args.host_stage_hosts, forks, run)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if args.json:

@@ -43,10 +43,6 @@ class ScvState:
         with self._lock:
             self._scv, self._recreate = scv, False
 
-    def forget(self):
-        with self._lock:
-            self._scv = None
-
     def deleted(self):
         with self._lock:
             self._scv, self._recreate = None, True
