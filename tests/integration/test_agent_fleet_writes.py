@@ -4,12 +4,14 @@ The bounds of a fleet (``docs/scale.md``), asserted as counts:
 - a health transition costs a node at most 3 writes: its Node condition, one Event and its Scv status;
 - a card that flaps raises the count of the Event it already has instead of creating another;
 - after an API server restart a node makes at most 2 requests in the first 20 s;
-- at steady state a node makes no request but its watch.
+- at steady state a node makes no request but its watch;
+- the API Priority and Fairness example of docs/scale.md puts the agents' Scv requests in their own level.
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 import time
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from fleet import audited_plane, by_kind, per_node, start_fleet, writes
 
 SIZE = 4
+APF_EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples" / "apf-scv-agents.yml"
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +28,7 @@ def fleet(agent_command, tmp_path_factory):
     plane = audited_plane(work / "plane")
     started = None
     try:
+        plane.kubectl("apply", "-f", str(APF_EXAMPLE))
         started = start_fleet(plane, work / "agents", agent_command, SIZE)
         time.sleep(5)   # the watches are up
         yield started
@@ -106,3 +110,24 @@ def test_an_api_server_restart_brings_at_most_two_requests_a_node_in_20_s(fleet)
     fleet.wait_condition("False")
     fleet.lose_first_cards(False)
     fleet.wait_condition("True")
+
+
+def dispatched(plane, priority_level):
+    """Requests API Priority and Fairness dispatched at ``priority_level``, by the API server's own count."""
+    total = 0
+    for line in plane.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if line.startswith("apiserver_flowcontrol_dispatched_requests_total{") and \
+                'priority_level="%s"' % priority_level in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_the_apf_example_gives_the_agents_scv_requests_a_level_of_their_own(fleet):
+    before = dispatched(fleet.plane, "scv-gpu-agents")
+    at = fleet.lose_first_cards(True)
+    fleet.wait_condition("False")
+    settled_requests(fleet, at)
+    fleet.lose_first_cards(False)
+    fleet.wait_condition("True")
+    # At least each node's Scv status write went through the level (its watch, begun earlier, may not count yet).
+    assert dispatched(fleet.plane, "scv-gpu-agents") - before >= SIZE

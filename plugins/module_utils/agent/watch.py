@@ -132,7 +132,9 @@ class ScvWatch:
                     # starts at its own): start again from the object as it is now, at once.
                     resync = True
                     continue
-                if resync and self.watch_list and error.status in (400, 403, 422):
+                # An API server that does not know watch-lists refuses the request as invalid (a 403 is not that:
+                # a starting server says it before its authorizer is ready).
+                if resync and self.watch_list and error.status in (400, 422):
                     LOG.info("the API server does not serve watch-lists (%s): reading the Scv before watching",
                              error)
                     self.watch_list = False

@@ -100,8 +100,8 @@ class RestClient(RestTransport):
         With ``resource_version`` None the watch starts from the object as it is now: the server
         sends it first (ADDED, when it exists), then a BOOKMARK marked ``k8s.io/initial-events-end``
         (Kubernetes' watch-list; one request instead of a read and a watch). The server ends the
-        watch after ``timeout_seconds``; a server that goes silent for ``timeout`` seconds more ends
-        it with an error.
+        watch after ``timeout_seconds``. A server that does not begin its answer within the request
+        timeout, or goes silent for that long past ``timeout_seconds``, ends it with an error.
         """
         target = "%s %s" % (self.resource.kind, checked_name(self.resource.kind, name))
         self.limiter.take()
@@ -110,11 +110,15 @@ class RestClient(RestTransport):
             "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         path = self.url(self.resource.base_path, watch="1", fieldSelector="metadata.name=%s" % name,
                         timeoutSeconds=timeout_seconds, allowWatchBookmarks="true", **start)
-        timeout = timeout_seconds + self._timeout
+        # The answer's head within the request timeout, as any request's: an API server still starting can take
+        # the request and say nothing. Then the events, with the watch's own time.
+        timeout = self._timeout
         connection = self.connection(timeout=timeout)
         try:
             connection.request("GET", path, headers=self.headers())
             response = connection.getresponse()
+            timeout = timeout_seconds + self._timeout
+            connection.sock.settimeout(timeout)
             if response.status >= 400:
                 if response.status in (401, 403):
                     self.reload(force=True)
