@@ -94,6 +94,7 @@ def transition(plane, fleet, lost):
 
 def restart(plane, fleet):
     """kube-apiserver down DOWN_S seconds, then the first RESTART_WINDOW_S seconds after it is ready."""
+    down = time.time()
     plane.stop_apiserver()
     time.sleep(DOWN_S)
     plane.start_apiserver()
@@ -103,11 +104,12 @@ def restart(plane, fleet):
     counts = per_node_counts(requests, fleet.nodes)
     firsts = [min(request.at for request in mine) - ready
               for mine in per_node(requests, fleet.nodes).values() if mine]
-    # Every node's watch back, however long it took (its pauses reach 30 s).
-    fleet.wait(lambda: all(any(request.verb == "watch" for request in mine) for mine in per_node(
-        plane.audit_log.requests(ready), fleet.nodes).values()), 120, "every watch back")
-    watches = [min(request.at for request in mine if request.verb == "watch") - ready
-               for mine in per_node(plane.audit_log.requests(ready), fleet.nodes).values()]
+    # Every node's watch back, however long it took (its pauses reach 30 s); a starting server may answer one
+    # before its /readyz says so, hence times below 0.
+    fleet.wait(lambda: all(any(request.verb == "watch" and request.code == 200 for request in mine) for mine in
+                           per_node(plane.audit_log.requests(down), fleet.nodes).values()), 120, "every watch back")
+    watches = [min(request.at for request in mine if request.verb == "watch" and request.code == 200) - ready
+               for mine in per_node(plane.audit_log.requests(down), fleet.nodes).values()]
     return {
         "requests_per_node": quantiles(counts),
         "requests_per_node_mean": statistics.mean(counts),

@@ -27,12 +27,19 @@ def reconnect_pause(failures, cap_s=MAX_BACKOFF_S, rand=random.random):
 
 
 class ScvState:
-    """The Scv as last written or watched (None: read it again), and whether it must be created again."""
+    """The Scv as last written or watched (None: read it again), whether it must be created again, and where its
+    watch resumes.
+
+    A watch bookmark moves only where the watch resumes: the object keeps its own resourceVersion, which
+    its next write sends as the version it replaces (a bookmark's in its place would make every write
+    after one meet a conflict).
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._scv = None
         self._recreate = False
+        self._resume = None   # the last bookmark's resourceVersion, when newer than the object's
 
     def get(self):
         """(object or None, whether to create it again)."""
@@ -41,15 +48,18 @@ class ScvState:
 
     def set(self, scv):
         with self._lock:
-            self._scv, self._recreate = scv, False
+            self._scv, self._recreate, self._resume = scv, False, None
 
     def deleted(self):
         with self._lock:
-            self._scv, self._recreate = None, True
+            self._scv, self._recreate, self._resume = None, True, None
 
     def version(self):
+        """Where a watch resumes: the last bookmark, else the object's resourceVersion; None without an object."""
         with self._lock:
-            return ((self._scv or {}).get("metadata") or {}).get("resourceVersion")
+            if self._scv is None:
+                return None
+            return self._resume or (self._scv.get("metadata") or {}).get("resourceVersion")
 
     def interval(self):
         """spec.updateInterval of the object held, None when it has none."""
@@ -59,7 +69,7 @@ class ScvState:
     def bookmark(self, version):
         with self._lock:
             if self._scv is not None:
-                self._scv.setdefault("metadata", {})["resourceVersion"] = version
+                self._resume = version
 
     def offer(self, obj):
         """Keeps ``obj`` unless the object held is newer; (interval before, interval after)."""
@@ -67,7 +77,7 @@ class ScvState:
             before = interval_of(self._scv)
             # The event of our own write can arrive after the write's response: keep the newer.
             if not _older(obj, self._scv):
-                self._scv = obj
+                self._scv, self._resume = obj, None
             return before, interval_of(self._scv)
 
 

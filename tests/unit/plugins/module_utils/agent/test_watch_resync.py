@@ -81,7 +81,7 @@ def test_an_error_event_410_in_the_stream_does_the_same(run):
                        [("ADDED", scv(50)), initial_end(51)]])
     state, _wake = run(client)
     assert client.calls[:2] == [("watch", "10"), ("watch", None)]
-    assert state.version() == "51"                              # the bookmark's: the store's revision
+    assert state.version() == "51" and state.get()[0]["metadata"]["resourceVersion"] == "50"
 
 
 def test_after_an_outage_the_watch_starts_from_now(run):
@@ -108,3 +108,16 @@ def test_a_server_without_watch_lists_is_read_once_by_a_list(run):
 def unreachable():
     """The error the client raises when the server cannot be reached."""
     return ApiError("cannot watch Scv n: the Kubernetes API is unreachable: [Errno 111] Connection refused")
+
+
+def test_a_bookmark_moves_where_the_watch_resumes_not_the_version_a_write_replaces():
+    state = ScvState()
+    state.set(scv(10))
+    state.bookmark("99")
+    assert state.version() == "99"
+    assert state.get()[0]["metadata"]["resourceVersion"] == "10"    # a write after it must not meet a conflict
+    state.offer(scv(120))
+    assert state.version() == "120"
+    state.bookmark("130")
+    state.set(scv(140))                                             # our write's answer
+    assert state.version() == "140"
