@@ -68,10 +68,15 @@ class XidLog:
         with self._lock:
             return dict(self._last)
 
-    def clear(self):
-        """Drops the records (a new session); the last XID per card stays."""
+    def clear(self, keep=()):
+        """Drops the records (a new session) but those of the cards in ``keep``; the last XID per card stays."""
         with self._lock:
-            self._records.clear()
+            self._records = {index: records for index, records in self._records.items() if index in keep}
+
+    def drop(self, index):
+        """Drops card ``index``'s records (the card answers again after a reset)."""
+        with self._lock:
+            self._records.pop(index, None)
 
 
 def handle_key(handle):

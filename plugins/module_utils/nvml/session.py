@@ -113,6 +113,7 @@ class Session:
         self._reinit_at = None
         self._lost_backoff = 0.0
         self._lost_identity = {}   # card index: (GPU count, what the card told before it was lost)
+        self._lost_last = frozenset()   # the cards lost at the last read
         self._recovery = RecoveryChecks()
 
     # -------------------------------------------------------------- public
@@ -145,8 +146,9 @@ class Session:
         self._static_at = -self.static_refresh_s - 1.0
         self._check_system = True
 
-    def close(self):
-        """Shuts NVML down (the next read initialises it again); the XIDs of the session are forgotten."""
+    def close(self, keep_xids=()):
+        """Shuts NVML down (the next read initialises it again); the XIDs of the session are forgotten, but
+        those of the cards in ``keep_xids``."""
         self._wanted.set()
         try:
             with self._nvml_lock:
@@ -162,7 +164,7 @@ class Session:
                 self._uuids = []
                 self._static.clear()
                 self._recovery.forget()
-                self.xids.clear()
+                self.xids.clear(keep_xids)
         finally:
             self._wanted.clear()
 
@@ -191,7 +193,8 @@ class Session:
 
     def _restart(self, reason):
         self.last_reinit_reason = reason
-        self.close()
+        # A card that is still lost keeps its XIDs, as it keeps its identity: the new session is ours, not a reset.
+        self.close(keep_xids=self._lost_last)
 
     def _start(self):
         self._wanted.set()
@@ -253,6 +256,7 @@ class Session:
             cards.append(card)
         self._note_lost(lost)
         self._keep_lost_identity(cards, lost)
+        self._lost_last = frozenset(lost)
         facts["cardList"] = cards
         facts.update(node_totals(cards))
         return facts
@@ -289,6 +293,8 @@ class Session:
         for index, card in enumerate(cards):
             if index not in lost:
                 self._lost_identity.pop(index, None)
+                if index in self._lost_last:
+                    self.xids.drop(index)   # it answers again: reset, and its XIDs with it
                 continue
             known = self._lost_identity.get(index)
             if card.get("uuid"):

@@ -380,8 +380,20 @@ def test_an_xid_from_a_card_that_no_longer_answers_is_still_placed(scenario_file
     data["devices"][3]["errors"] = {"*": "GPU_IS_LOST"}
     write(path, data)
     assert session.wait_event(2000) == (3, 79)
-    card = XidPolicy().apply(session.read([]), session.xids, session.clock())["cardList"][3]
+    policy = XidPolicy()
+    card = policy.apply(session.read([]), session.xids, session.clock())["cardList"][3]
     assert card["healthReasons"][0] == expected.LOST and card["healthReasons"][1].startswith("XID 79 at ")
+    # The next read starts a new session (the card is lost): the card is told exactly as before, XID included,
+    # so one fault is one change of the Scv and of the Node condition.
+    again = policy.apply(session.read([]), session.xids, session.clock())["cardList"][3]
+    assert session.inits == 2 and again == card
+    # Reset: the card answers again, and its XID goes with the fault.
+    del data["devices"][3]["errors"]
+    write(path, data)
+    session.clock_control.now += 1
+    back = policy.apply(session.read([]), session.xids, session.clock())["cardList"][3]
+    assert session.inits == 3 and back["health"] == "Healthy" and session.xids.kept(3) == []
+    assert session.xids.last() == {3: 79}
 
 
 def test_tensor_activity_comes_from_gpm_between_two_reads(scenario_file, session):
