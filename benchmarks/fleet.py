@@ -52,6 +52,17 @@ def per_node_counts(requests, nodes):
     return [len(table[node]) for node in nodes]
 
 
+def apiserver_use(plane, window):
+    """kube-apiserver's (CPU %% of one core, median RSS MiB) over ``window`` seconds."""
+    pid = plane.state["pids"]["kube-apiserver"]
+    start, (_rss, cpu_before) = time.time(), process_sample(pid)
+    rss = []
+    while time.time() - start < window:
+        time.sleep(5)
+        rss.append(process_sample(pid)[0])
+    return (process_sample(pid)[1] - cpu_before) / (time.time() - start) * 100, statistics.median(rss)
+
+
 def steady(plane, fleet, window):
     apiserver = plane.state["pids"]["kube-apiserver"]
     start, (_rss, cpu_before) = time.time(), process_sample(apiserver)
@@ -90,6 +101,18 @@ def transition(plane, fleet, lost):
         "requests_per_node": quantiles([len(table[node]) for node in fleet.nodes]),
         "by_kind_per_node": {kind: count / len(fleet.nodes) for kind, count in sorted(by_kind(requests).items())},
     }
+
+
+def object_bytes(plane, node):
+    """JSON bytes of what one node keeps in etcd beside its Node: its Scv, its condition and an Event."""
+    scv = plane.kubectl("get", "scv", node, "-o", "json").stdout
+    conditions = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["status"]["conditions"]
+    condition = next(item for item in conditions if item["type"] == "GPUHealthy")
+    events = json.loads(plane.kubectl("get", "events", "-n", "default", "--field-selector",
+                                      "involvedObject.name=%s" % node, "-o", "json").stdout)["items"]
+    return {"scv": len(json.dumps(json.loads(scv), separators=(",", ":"))),
+            "condition": len(json.dumps(condition, separators=(",", ":"))),
+            "event": max(len(json.dumps(event, separators=(",", ":"))) for event in events)}
 
 
 def restart(plane, fleet):
@@ -133,13 +156,15 @@ def run_size(work, command, size, window):
     fleet = None
     try:
         empty = etcd_bytes(plane)
+        idle = apiserver_use(plane, 30)
         started = time.monotonic()
         fleet = start_fleet(plane, work / ("fleet-%d" % size), command, size)
-        result = {"size": size, "published_s": time.monotonic() - started}
+        result = {"size": size, "published_s": time.monotonic() - started, "idle": idle}
         time.sleep(20)   # start-up done
         result["steady"] = steady(plane, fleet, window)
         result["etcd_bytes_per_node"] = (etcd_bytes(plane) - empty) / size
         result["fault"] = transition(plane, fleet, lost=True)
+        result["object_bytes"] = object_bytes(plane, fleet.nodes[0])
         result["recovery"] = transition(plane, fleet, lost=False)
         result["restart"] = restart(plane, fleet)
         result["rotation"] = rotation(plane, fleet)
@@ -156,12 +181,15 @@ def report(result):
         return "min %s, median %s, max %s%s" % (*("-" if value is None else "%.3g" % value for value in values), unit)
 
     size, steady_ = result["size"], result["steady"]
-    print("N = %d agents (published in %.0f s)" % (size, result["published_s"]))
+    print("N = %d agents (published in %.0f s); kube-apiserver before them: %.2f %% of one core, %.0f MiB RSS" % (
+        size, result["published_s"], *result["idle"]))
     print("  steady state, %.0f s: %.3f requests per node per minute (watches %.3f, others %.3f); %s" % (
         steady_["window_s"], steady_["per_node_per_minute"], steady_["watches_per_node_per_minute"],
         steady_["others_per_node_per_minute"], json.dumps(steady_["by_kind_per_node_per_minute"])))
-    print("  kube-apiserver: %.2f %% of one core, %.0f MiB RSS; etcd: %.0f bytes per node" % (
-        steady_["apiserver_cpu_percent"], steady_["apiserver_rss_mib"], result["etcd_bytes_per_node"]))
+    print("  kube-apiserver: %.2f %% of one core, %.0f MiB RSS; etcd: %.0f bytes per node (JSON: Scv %d, "
+          "condition %d, Event %d)" % (steady_["apiserver_cpu_percent"], steady_["apiserver_rss_mib"],
+                                       result["etcd_bytes_per_node"], result["object_bytes"]["scv"],
+                                       result["object_bytes"]["condition"], result["object_bytes"]["event"]))
     for phase in ("fault", "recovery"):
         figures = result[phase]
         print("  %s: every Node's condition in %.1f s; per node in %d s: writes %s, Events %s, requests %s; %s" % (

@@ -230,3 +230,22 @@ def test_sigterm_ends_a_publishing_agent_within_5_s(access, agent_command, node,
     assert agent.process.wait(timeout=15) == 0
     assert time.monotonic() - started < 5.0
     assert "stopped" in agent.log.read_text()
+
+
+def test_a_storm_of_sighups_never_hangs_the_agent(access, agent_command, node, tmp_path):
+    """Signal handlers run in the main thread between two of its bytecodes: one that took a lock the main
+    thread held (a threading.Event's, in the loop's wait or clear) hung the agent for good, after which
+    SIGTERM could not stop it. 400 SIGHUPs at random moments of the loop, then SIGTERM."""
+    import random
+
+    agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8")
+    agent.wait_for(lambda: agent.scv() is not None, 20)
+    for _signal in range(400):
+        agent.process.send_signal(signal.SIGHUP)
+        time.sleep(random.uniform(0.0, 0.01))
+    agent.wait_for(lambda: agent.log.read_text().count("SIGHUP: configuration read again") >= 1, 10)
+    started = time.monotonic()
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.process.wait(timeout=15) == 0
+    assert time.monotonic() - started < 5.0
+    assert "Traceback" not in agent.log.read_text()

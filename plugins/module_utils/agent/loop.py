@@ -21,6 +21,7 @@ import time
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
 from ansible_collections.scv.gpu.plugins.module_utils.agent.health import NodeCondition, NodeTaint
 from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Readings
+from ansible_collections.scv.gpu.plugins.module_utils.agent.wakeup import Wakeup
 from ansible_collections.scv.gpu.plugins.module_utils.agent.watch import MAX_BACKOFF_S, ScvState, ScvWatch
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.common.backoff import pause
@@ -81,7 +82,7 @@ class Agent:
         self.notify = notify or (lambda *_words: None)
         self.failures = 0
         self.state = ScvState()
-        self.wake = threading.Event()
+        self.wake = Wakeup()              # set from other threads and from signal handlers
         self.stopping = threading.Event()
         self.watch = ScvWatch(client, node, self.state, self.wake, self.stopping, watch_timeout)
         self.condition = NodeCondition(client, node, self.counters) if node_condition else None
@@ -140,6 +141,8 @@ class Agent:
                 return
 
     def stop(self, *_args):
+        """Ends the loop; SIGTERM's handler. It takes no lock the main thread may hold (``stopping`` is
+        only ever looked at, never waited on, in the main thread)."""
         self.stopping.set()
         self.wake.set()
 
