@@ -30,6 +30,8 @@ class Wakeup:
             os.write(self._write, b"!")
         except BlockingIOError:
             pass   # the pipe is full: the loop has a wake-up waiting already
+        except OSError:
+            pass   # closed: the loop has ended
 
     def clear(self):
         while True:
