@@ -220,8 +220,8 @@ def main():
     results = []
     try:
         command = install_agent(work / "agent", pathlib.Path(args.wheels))
-        print("machine: %s, %d cores, %.0f GiB" % (platform.platform(), os.cpu_count(),
-                                                  os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30))
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+        print("machine: %s, %d cores, %.0f GiB" % (platform.platform(), os.cpu_count(), memory_gib))
         for size in (int(text) for text in args.sizes.split(",")):
             results.append(run_size(work, command, size, args.steady))
             report(results[-1])

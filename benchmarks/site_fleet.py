@@ -126,8 +126,7 @@ def run_forks(work, size, forks, stages):
     plane = audited_plane(work / ("plane-%d-%d" % (size, forks)), everyone=True)
     try:
         items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": host}} for host in hosts]
-        plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                   "items": items}))
+        plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         inventory = write_inventory(work, hosts)
         runs = []
         for name in ("first run", "unchanged rerun"):

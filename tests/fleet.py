@@ -150,8 +150,8 @@ class Fleet:
         self.work.mkdir(parents=True, exist_ok=True)
         items = [{"apiVersion": "v1", "kind": "Node",
                   "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}} for node in self.nodes]
-        self.plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                        "items": items}))
+        listed = {"apiVersion": "v1", "kind": "List", "items": items}
+        self.plane.kubectl("create", "-f", "-", input_text=json.dumps(listed))
         for node in self.nodes:
             self.plane.node_kubeconfig(node)
             shutil.copy(scenario_path(self.scenario), self.scenario_of(node))

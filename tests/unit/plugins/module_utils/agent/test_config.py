@@ -54,8 +54,8 @@ def test_the_file_can_come_from_the_environment_and_flags_keep_their_old_spellin
     (["--pod-resources-interval", "0"], {}, "'0' cannot be used: expected a number from 1 to 3600"),
     (["--request-timeout", "3600"], {}, "'3600' cannot be used: expected a number from 0.1 to 300"),
     (["--api-qps", "0"], {}, "api-qps from the flag --api-qps: '0' cannot be used: expected a number from 0.1 to 1000"),
-    ([], {"SCV_GPU_AGENT_API_BURST": "0.5"}, "api-burst from the environment SCV_GPU_AGENT_API_BURST: '0.5' cannot "
-                                            "be used"),
+    ([], {"SCV_GPU_AGENT_API_BURST": "0.5"},
+     "api-burst from the environment SCV_GPU_AGENT_API_BURST: '0.5' cannot be used"),
     (["--node-name", "GPU_7"], {}, "node-name from the flag --node-name: 'GPU_7' cannot be used: 'GPU_7' is not a "
                                    "Kubernetes node name"),
     ([], {"NODE_NAME": "node/7"}, "node-name from the default: 'node/7' cannot be used"),

@@ -50,9 +50,9 @@ class StopWatching(ApiError):
 def run(monkeypatch):
     monkeypatch.setattr(watch_module, "reconnect_pause", lambda failures: 0.0)
 
-    def go(client, held=scv(10)):
+    def go(client):
         state, wake, stopping = ScvState(), threading.Event(), threading.Event()
-        state.set(held)
+        state.set(scv(10))
         original = client.watch
 
         def watch(name, version, timeout):
