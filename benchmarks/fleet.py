@@ -34,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 # pylint: disable=wrong-import-position
-from fleet import audited_plane, by_kind, etcd_bytes, per_node, process_sample, start_fleet, writes  # noqa: E402
+from agent_fleet import audited_plane, by_kind, etcd_bytes, per_node, process_sample, start_fleet, writes  # noqa: E402
 from support import install_agent  # noqa: E402
 
 FAULT_WINDOW_S = 30

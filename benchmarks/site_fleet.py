@@ -39,7 +39,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 # pylint: disable=wrong-import-position
-from fleet import WRITE_VERBS, audited_plane  # noqa: E402
+from agent_fleet import WRITE_VERBS, audited_plane  # noqa: E402
 from support import COLLECTIONS, SIMULATOR_DIR, scenario_path  # noqa: E402
 
 

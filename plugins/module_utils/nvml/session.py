@@ -83,6 +83,41 @@ class RecoveryChecks:
         self._clear.clear()
 
 
+class LostCards:
+    """A lost card keeps the identity it had when it was lost (UUID, bus ID, model, ...), and its XIDs.
+
+    A new NVML session cannot read a lost card's identity, so without this the card would change
+    from "GPU 0 (GPU-...)" to "GPU 0" one read after it was lost: a second write of the Scv and of
+    the Node condition for one fault, and the card an operator must replace no longer named. The
+    identity is kept while the card stays lost at that index and the GPU count stays the same; a
+    card that answers again (a reset) drops its XIDs.
+    """
+
+    def __init__(self, xids):
+        self.xids = xids
+        self.last = frozenset()   # the cards lost at the last read
+        self._identity = {}       # card index: (GPU count, what the card told before it was lost)
+
+    def keep_identity(self, cards, lost, count):
+        for index, card in enumerate(cards):
+            if index not in lost:
+                self._identity.pop(index, None)
+                if index in self.last:
+                    self.xids.drop(index)   # it answers again: reset, and its XIDs with it
+                continue
+            known = self._identity.get(index)
+            if card.get("uuid"):
+                if known is None or known[0] != count:
+                    self._identity[index] = (count, {key: value for key, value in card.items()
+                                                     if key not in ("health", "healthReasons")})
+            elif known is not None and known[0] == count:
+                for key, value in known[1].items():
+                    card.setdefault(key, value)
+            else:
+                self._identity.pop(index, None)
+        self.last = frozenset(lost)
+
+
 class Session:
     """NVML kept initialised across reads, for a long-running reader such as the Scv agent.
 
@@ -112,8 +147,7 @@ class Session:
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
         self._reinit_at = None
         self._lost_backoff = 0.0
-        self._lost_identity = {}   # card index: (GPU count, what the card told before it was lost)
-        self._lost_last = frozenset()   # the cards lost at the last read
+        self._lost = LostCards(self.xids)
         self._recovery = RecoveryChecks()
 
     # -------------------------------------------------------------- public
@@ -147,8 +181,7 @@ class Session:
         self._check_system = True
 
     def close(self, keep_xids=()):
-        """Shuts NVML down (the next read initialises it again); the XIDs of the session are forgotten, but
-        those of the cards in ``keep_xids``."""
+        """Shuts NVML down (the next read starts it again); forgets the XIDs but those of ``keep_xids``' cards."""
         self._wanted.set()
         try:
             with self._nvml_lock:
@@ -193,8 +226,7 @@ class Session:
 
     def _restart(self, reason):
         self.last_reinit_reason = reason
-        # A card that is still lost keeps its XIDs, as it keeps its identity: the new session is ours, not a reset.
-        self.close(keep_xids=self._lost_last)
+        self.close(keep_xids=self._lost.last)   # a card still lost keeps its XIDs: this is no reset
 
     def _start(self):
         self._wanted.set()
@@ -255,8 +287,7 @@ class Session:
                 self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)
         self._note_lost(lost)
-        self._keep_lost_identity(cards, lost)
-        self._lost_last = frozenset(lost)
+        self._lost.keep_identity(cards, lost, len(self._handles))
         facts["cardList"] = cards
         facts.update(node_totals(cards))
         return facts
@@ -279,33 +310,6 @@ class Session:
         if entry is None:
             entry = self._static[key] = Static(subsets)
         return entry
-
-    def _keep_lost_identity(self, cards, lost):
-        """A lost card keeps the identity it had when it was lost (UUID, bus ID, model, ...).
-
-        A new NVML session cannot read a lost card's identity, so without this the card would
-        change from "GPU 0 (GPU-...)" to "GPU 0" one read after it was lost: a second write of the
-        Scv and of the Node condition for one fault, and the card an operator must replace no
-        longer named. The identity is kept while the card stays lost at that index and the GPU
-        count stays the same.
-        """
-        count = len(self._handles)
-        for index, card in enumerate(cards):
-            if index not in lost:
-                self._lost_identity.pop(index, None)
-                if index in self._lost_last:
-                    self.xids.drop(index)   # it answers again: reset, and its XIDs with it
-                continue
-            known = self._lost_identity.get(index)
-            if card.get("uuid"):
-                if known is None or known[0] != count:
-                    self._lost_identity[index] = (count, {key: value for key, value in card.items()
-                                                          if key not in ("health", "healthReasons")})
-            elif known is not None and known[0] == count:
-                for key, value in known[1].items():
-                    card.setdefault(key, value)
-            else:
-                self._lost_identity.pop(index, None)
 
     def _note_lost(self, lost):
         """Schedules a new session after a lost card: at the next read, then backing off."""
