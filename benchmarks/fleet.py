@@ -53,24 +53,19 @@ def per_node_counts(requests, nodes):
 
 
 def apiserver_use(plane, window):
-    """kube-apiserver's (CPU %% of one core, median RSS MiB) over ``window`` seconds."""
+    """kube-apiserver's (CPU %% of one core, median RSS MiB, start, end) over ``window`` seconds."""
     pid = plane.state["pids"]["kube-apiserver"]
     start, (_rss, cpu_before) = time.time(), process_sample(pid)
     rss = []
     while time.time() - start < window:
         time.sleep(5)
         rss.append(process_sample(pid)[0])
-    return (process_sample(pid)[1] - cpu_before) / (time.time() - start) * 100, statistics.median(rss)
+    end, (_rss, cpu_after) = time.time(), process_sample(pid)
+    return (cpu_after - cpu_before) / (end - start) * 100, statistics.median(rss), start, end
 
 
 def steady(plane, fleet, window):
-    apiserver = plane.state["pids"]["kube-apiserver"]
-    start, (_rss, cpu_before) = time.time(), process_sample(apiserver)
-    rss = []
-    while time.time() - start < window:
-        time.sleep(5)
-        rss.append(process_sample(apiserver)[0])
-    end, (_rss, cpu_after) = time.time(), process_sample(apiserver)
+    cpu, rss, start, end = apiserver_use(plane, window)
     requests = plane.audit_log.requests(start, end)
     size, minutes = len(fleet.nodes), (end - start) / 60
     kinds = by_kind(requests)
@@ -80,8 +75,8 @@ def steady(plane, fleet, window):
         "watches_per_node_per_minute": sum(1 for request in requests if request.verb == "watch") / size / minutes,
         "others_per_node_per_minute": sum(1 for request in requests if request.verb != "watch") / size / minutes,
         "by_kind_per_node_per_minute": {kind: count / size / minutes for kind, count in sorted(kinds.items())},
-        "apiserver_cpu_percent": (cpu_after - cpu_before) / (end - start) * 100,
-        "apiserver_rss_mib": statistics.median(rss),
+        "apiserver_cpu_percent": cpu,
+        "apiserver_rss_mib": rss,
     }
 
 
@@ -156,7 +151,7 @@ def run_size(work, command, size, window):
     fleet = None
     try:
         empty = etcd_bytes(plane)
-        idle = apiserver_use(plane, 30)
+        idle = apiserver_use(plane, 30)[:2]
         started = time.monotonic()
         fleet = start_fleet(plane, work / ("fleet-%d" % size), command, size)
         result = {"size": size, "published_s": time.monotonic() - started, "idle": idle}
