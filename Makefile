@@ -124,12 +124,12 @@ demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 
 .PHONY: test
 # What the later stages need and sanity, lint and unit do not takes minutes on a fresh machine:
-# the Go builds (control plane, containerd 2, dockerd) and the molecule host (podman, the Debian image).
+# the Go builds (control plane and kubelet, containerd 2, dockerd) and the molecule host (podman, the Debian image).
 # Both run in the background meanwhile, their output in build/*.log; integration starts once
 # they are done.
 test:
 	mkdir -p $(BUILD)
-	( tools/control-plane/build && tools/containerd/build && tools/dockerd/build ) > $(BUILD)/go-builds.log 2>&1 & builds=$$!; \
+	( tools/control-plane/build --kubelet && tools/containerd/build && tools/dockerd/build ) > $(BUILD)/go-builds.log 2>&1 & builds=$$!; \
 	tests/molecule/prepare-host > $(BUILD)/prepare-host.log 2>&1 & host=$$!; \
 	status=0; $(MAKE) sanity lint unit || status=$$?; \
 	if [ $$status -ne 0 ]; then kill $$builds $$host 2>/dev/null || true; wait 2>/dev/null || true; exit $$status; fi; \

@@ -39,9 +39,10 @@ BUILD_SCRIPT = ROOT / "tools" / "control-plane" / "build"
 READY_TIMEOUT = 180
 
 
-def build_binaries():
-    """The folder holding kube-apiserver, kubectl and etcd, built once per pin."""
-    done = subprocess.run([str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+def build_binaries(kubelet=False):
+    """The folder holding kube-apiserver, kubectl and etcd (and the kubelet when asked), built once per pin."""
+    done = subprocess.run([str(BUILD_SCRIPT)] + (["--kubelet"] if kubelet else []), capture_output=True, text=True,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError("building the control plane failed:\n%s" % done.stderr[-4000:])
     return pathlib.Path(done.stdout.strip().splitlines()[-1])

@@ -1,6 +1,7 @@
 """A stand-in for the kubelet's pod-resources API: the real protobuf and gRPC, on a temporary unix socket.
 
-The Python code is generated with grpcio-tools from ``pkg/apis/podresources/v1/api.proto`` of the
+The Python code is generated with grpcio-tools from ``pkg/apis/podresources/v1/api.proto`` (and, for the
+test device plugin of ``real_kubelet``, ``pkg/apis/deviceplugin/v1beta1/api.proto``) of the
 ``k8s.io/kubelet`` Go module, at the version the test control plane is built from (tools/control-plane/go.mod),
 taken from Go's module cache, or from the Go module proxy the first time. Nothing of the kubelet is
 kept in this repository.
@@ -40,38 +41,42 @@ def kubelet_version():
     raise AssertionError("tools/control-plane/go.mod names no k8s.io/kubelet version")
 
 
-def api_proto():
-    """The path of the kubelet's published pod-resources api.proto (v1)."""
+PODRESOURCES = "pkg/apis/podresources/v1/api.proto"
+DEVICEPLUGIN = "pkg/apis/deviceplugin/v1beta1/api.proto"
+
+
+def api_proto(relative=PODRESOURCES):
+    """The path of one of the kubelet's published protos (the pod-resources v1 API unless told)."""
     import json
 
     done = subprocess.run([_go(), "mod", "download", "-json", "k8s.io/kubelet@%s" % kubelet_version()],
                           cwd=str(CONTROL_PLANE), capture_output=True, text=True, check=False, timeout=300,
                           env=dict(os.environ, GOFLAGS="-mod=mod"))
     assert done.returncode == 0, "go mod download k8s.io/kubelet failed:\n%s%s" % (done.stdout, done.stderr)
-    proto = pathlib.Path(json.loads(done.stdout)["Dir"]) / "pkg" / "apis" / "podresources" / "v1" / "api.proto"
+    proto = pathlib.Path(json.loads(done.stdout)["Dir"]) / relative
     assert proto.is_file(), "no %s" % proto
     return proto
 
 
-def generate(work):
-    """(api_pb2, api_pb2_grpc) generated from the kubelet's api.proto into ``work``."""
+def generate(work, relative=PODRESOURCES, stem="podresources"):
+    """(STEM_pb2, STEM_pb2_grpc) generated from the kubelet's proto ``relative`` into ``work``."""
     from grpc_tools import protoc
 
-    proto = api_proto()
+    proto = api_proto(relative)
     work = pathlib.Path(work)
     include = work / "proto"
     include.mkdir(parents=True, exist_ok=True)
-    shutil.copy(proto, include / "podresources.proto")
+    shutil.copy(proto, include / ("%s.proto" % stem))
     out = work / "generated"
     out.mkdir(exist_ok=True)
     import grpc_tools
     well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
     status = protoc.main(["protoc", "-I%s" % include, "-I%s" % well_known, "--python_out=%s" % out,
-                          "--grpc_python_out=%s" % out, str(include / "podresources.proto")])
+                          "--grpc_python_out=%s" % out, str(include / ("%s.proto" % stem))])
     assert status == 0, "protoc failed on %s" % proto
     sys.path.insert(0, str(out))
     try:
-        return importlib.import_module("podresources_pb2"), importlib.import_module("podresources_pb2_grpc")
+        return importlib.import_module("%s_pb2" % stem), importlib.import_module("%s_pb2_grpc" % stem)
     finally:
         sys.path.remove(str(out))
 

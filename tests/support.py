@@ -66,3 +66,26 @@ def install_agent(work, wheels=AGENT_WHEELS):
     zipapp = work / "scv-gpu-agent.pyz"
     write(str(zipapp))
     return [str(venv / "bin" / "python"), str(zipapp)]
+
+
+def debian_containerd():
+    """Debian's containerd: the one on PATH, or its package unpacked under build/containerd (``apt-get
+    download``, which needs no root and changes nothing on this machine). Its folder holds ``ctr`` and
+    ``containerd-shim-runc-v2`` too."""
+    import shutil
+    import subprocess
+
+    found = shutil.which("containerd")
+    if found:
+        return pathlib.Path(found)
+    unpacked = ROOT / "build" / "containerd"
+    binary = unpacked / "usr" / "bin" / "containerd"
+    if not binary.exists():
+        unpacked.mkdir(parents=True, exist_ok=True)
+        download = ["apt-get", "download", "containerd"]
+        if subprocess.run(download, cwd=unpacked, capture_output=True, check=False).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True)
+            subprocess.run(download, cwd=unpacked, check=True, capture_output=True)
+        package = next(unpacked.glob("containerd_*.deb"))
+        subprocess.run(["dpkg-deb", "-x", str(package), str(unpacked)], check=True)
+    return binary

@@ -7,8 +7,6 @@ one on PATH. Only `containerd config dump` and `config default` run: no daemon i
 from __future__ import annotations
 
 import json
-import pathlib
-import shutil
 import subprocess
 import tomllib
 
@@ -19,7 +17,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
 from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
-from support import ROOT
+from support import debian_containerd
 
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 CRI = ("plugins", "io.containerd.grpc.v1.cri", "containerd")
@@ -27,20 +25,7 @@ CRI = ("plugins", "io.containerd.grpc.v1.cri", "containerd")
 
 @pytest.fixture(scope="session")
 def containerd():
-    found = shutil.which("containerd")
-    if found:
-        return pathlib.Path(found)
-    unpacked = ROOT / "build" / "containerd"
-    binary = unpacked / "usr" / "bin" / "containerd"
-    if not binary.exists():
-        unpacked.mkdir(parents=True, exist_ok=True)
-        download = ["apt-get", "download", "containerd"]
-        if subprocess.run(download, cwd=unpacked, capture_output=True, check=False).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True)
-            subprocess.run(download, cwd=unpacked, check=True, capture_output=True)
-        package = next(unpacked.glob("containerd_*.deb"))
-        subprocess.run(["dpkg-deb", "-x", str(package), str(unpacked)], check=True)
-    return binary
+    return debian_containerd()
 
 
 def dump(containerd, path):

@@ -1,0 +1,350 @@
+"""A real Kubernetes node for the tests that need a kubelet: pod-resources, device plugins, allocatable.
+
+- The kubelet is built from the control plane's Go module (``tools/control-plane/build --kubelet``) and
+  joins the test control plane with the node identity ``system:node:<name>``.
+- Its container runtime is Debian's containerd (unpacked from its package, as ``support.debian_containerd``
+  does) with runc, run with a configuration, root, state and socket of its own, and a CNI configuration
+  holding only the loopback plugin: pods use the host's network and bind nothing.
+- No image registry is reachable, so the sandbox image is made here: a statically linked program that
+  waits for a signal, packed as an image and imported. Test pods run the same image.
+- ``DevicePlugin`` is a device plugin of the test's own. It speaks the kubelet's published deviceplugin
+  v1beta1 protobuf (generated as ``kubelet_podresources.generate`` generates the pod-resources one) and
+  advertises ``nvidia.com/gpu`` with the simulator's GPU UUIDs as device IDs, as NVIDIA's plugin does.
+
+The kubelet registers device plugins at ``/var/lib/kubelet/device-plugins/kubelet.sock`` whatever its
+root directory, so one such node runs at a time on a machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+from concurrent import futures
+
+from control_plane import build_binaries, free_port
+from kubelet_podresources import DEVICEPLUGIN, generate
+from support import debian_containerd
+
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+WORKLOAD_IMAGE = "scv.test/idle:1"
+DEVICE_PLUGINS = pathlib.Path("/var/lib/kubelet/device-plugins")
+CNI_PLUGINS = pathlib.Path("/usr/lib/cni")
+IDLE_PROGRAM = r"""
+#include <signal.h>
+#include <unistd.h>
+static void leave(int sig) { (void)sig; _exit(0); }
+int main(void) { signal(SIGTERM, leave); signal(SIGINT, leave); for (;;) pause(); }
+"""
+
+
+def wait(predicate, timeout, what, step=0.2):
+    """predicate()'s first true answer within ``timeout`` seconds; fails naming ``what`` after that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(step)
+    raise AssertionError("waited %d s for %s" % (timeout, what))
+
+
+def image_archive(work):
+    """A docker-archive tar of one layer, a static program that waits for a signal, tagged as the sandbox
+    image and as the workload image; returns its path."""
+    source, program = work / "idle.c", work / "idle"
+    source.write_text(IDLE_PROGRAM)
+    subprocess.run(["gcc", "-static", "-O2", "-o", str(program), str(source)], check=True, capture_output=True)
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tar.gettarinfo(str(program), arcname="idle")
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        with open(program, "rb") as handle:
+            tar.addfile(info, handle)
+    layer_bytes = layer.getvalue()
+    config = json.dumps({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": ["/idle"]},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer_bytes).hexdigest()]},
+    }).encode()
+    manifest = json.dumps([{"Config": "config.json", "RepoTags": [PAUSE_IMAGE, WORKLOAD_IMAGE],
+                            "Layers": ["layer.tar"]}]).encode()
+    archive = work / "images.tar"
+    with tarfile.open(str(archive), mode="w") as tar:
+        for name, data in (("layer.tar", layer_bytes), ("config.json", config), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return archive
+
+
+class Containerd:
+    """Debian's containerd with its own configuration, root, state and socket, the test images imported."""
+
+    def __init__(self, work):
+        self.work = pathlib.Path(work)
+        self.binary = debian_containerd()
+        self.socket = self.work / "containerd.sock"
+        self.log = self.work / "containerd.log"
+        self.process = None
+        assert (CNI_PLUGINS / "loopback").exists(), (
+            "no CNI loopback plugin at %s: install containernetworking-plugins (tests/molecule/prepare-host does)"
+            % CNI_PLUGINS)
+        cni = self.work / "cni"
+        cni.mkdir(parents=True, exist_ok=True)
+        (cni / "10-loopback.conf").write_text(json.dumps(
+            {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}))
+        self.config = self.work / "containerd.toml"
+        # restrict_oom_score_adj: these machines refuse a pod's OOM score below the runtime's own.
+        self.config.write_text("\n".join([
+            "version = 2",
+            'root = "%s"' % (self.work / "root"),
+            'state = "%s"' % (self.work / "state"),
+            "[grpc]",
+            '  address = "%s"' % self.socket,
+            '[plugins."io.containerd.grpc.v1.cri"]',
+            '  sandbox_image = "%s"' % PAUSE_IMAGE,
+            "  restrict_oom_score_adj = true",
+            '[plugins."io.containerd.grpc.v1.cri".containerd]',
+            '  snapshotter = "native"',
+            '[plugins."io.containerd.grpc.v1.cri".cni]',
+            '  bin_dir = "%s"' % CNI_PLUGINS,
+            '  conf_dir = "%s"' % cni,
+            ""]))
+
+    def start(self):
+        env = dict(os.environ, PATH="%s:%s" % (self.binary.parent, os.environ.get("PATH", "/usr/sbin:/usr/bin")))
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([str(self.binary), "--config", str(self.config)], env=env,
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait(lambda: self.socket.exists() or self.process.poll() is not None, 30, "containerd's socket")
+        if self.process.poll() is not None:
+            raise AssertionError("containerd exited %s:\n%s" % (self.process.returncode, self.log.read_text()))
+        archive = image_archive(self.work)
+        done = subprocess.run([str(self.binary.parent / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
+                               "images", "import", "--snapshotter", "native", str(archive)],
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert done.returncode == 0, "ctr images import failed:\n%s%s" % (done.stdout, done.stderr)
+        return self
+
+    def stop(self):
+        """containerd, its shims and whatever they still run, stopped."""
+        shims = [pid for pid, command in _processes() if "containerd-shim" in command and str(self.socket) in command]
+        for pid in _descendants(shims) + shims:
+            _kill(pid, signal.SIGKILL)
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def _processes():
+    """[(pid, command line)] of every process."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append((int(entry.name), (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
+            except OSError:
+                pass
+    return found
+
+
+def _descendants(pids):
+    children = {}
+    for pid, _command in _processes():
+        try:
+            parent = int((pathlib.Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], list(pids)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class Kubelet:
+    """A kubelet for ``node`` on ``containerd``, joined to ``plane``: start() returns once the Node is Ready."""
+
+    def __init__(self, plane, work, node, containerd):
+        self.plane, self.node, self.containerd = plane, node, containerd
+        self.work = pathlib.Path(work)
+        self.root = self.work / "kubelet"
+        self.log = self.work / "kubelet.log"
+        self.process = None
+        self.binary = build_binaries(kubelet=True) / "kubelet"
+        self.config = self.work / "kubelet.yaml"
+        self.config.write_text(json.dumps({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "address": "127.0.0.1", "port": free_port(), "readOnlyPort": 0, "healthzPort": 0,
+            "authentication": {"x509": {"clientCAFile": plane.state["ca"]}, "webhook": {"enabled": False},
+                               "anonymous": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False,
+            "evictionHard": {}, "enforceNodeAllocatable": [], "resolvConf": "",
+            "containerRuntimeEndpoint": "unix://%s" % containerd.socket,
+            "podLogsDir": str(self.work / "pod-logs"),
+            "registerWithTaints": [],
+        }, indent=2))
+
+    @property
+    def pod_resources_socket(self):
+        return self.root / "pod-resources" / "kubelet.sock"
+
+    def start(self):
+        self.root.mkdir(parents=True, exist_ok=True)
+        command = [str(self.binary), "--config", str(self.config), "--kubeconfig",
+                   str(self.plane.node_kubeconfig(self.node)), "--root-dir", str(self.root),
+                   "--hostname-override", self.node, "--v", "2"]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait(lambda: self._ready() or self.process.poll() is not None, 120, "Node %s Ready" % self.node, 0.5)
+        except AssertionError:
+            raise AssertionError("the kubelet did not make Node %s Ready; its log ends:\n%s" % (
+                self.node, self.log.read_text()[-4000:])) from None
+        if self.process.poll() is not None:
+            raise AssertionError("the kubelet exited %s:\n%s" % (self.process.returncode, self.log.read_text()[-4000:]))
+        # No kube-controller-manager here: the taint it would lift once the node is ready goes by hand,
+        # and the default ServiceAccount it would create is made for the pods' namespace.
+        self.plane.kubectl("taint", "node", self.node, "node.kubernetes.io/not-ready-", check=False)
+        return self
+
+    def _ready(self):
+        done = self.plane.kubectl("get", "node", self.node, "-o", "json", check=False)
+        if done.returncode != 0:
+            return False
+        conditions = json.loads(done.stdout)["status"].get("conditions", [])
+        return any(item["type"] == "Ready" and item["status"] == "True" for item in conditions)
+
+    def allocatable(self, resource):
+        node = json.loads(self.plane.kubectl("get", "node", self.node, "-o", "json").stdout)
+        return node["status"].get("allocatable", {}).get(resource)
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+class DevicePlugin:
+    """A device plugin for ``resource`` with device IDs ``ids``, registered with the kubelet.
+
+    ``allocated`` holds the device IDs of each Allocate call; ``set_devices`` advertises others.
+    """
+
+    def __init__(self, work, resource, ids):
+        import grpc
+
+        self.pb2, self.pb2_grpc = generate(pathlib.Path(work) / "deviceplugin", DEVICEPLUGIN, "deviceplugin")
+        self.resource = resource
+        self.health = {device: "Healthy" for device in ids}
+        self.allocated = []
+        self.endpoint = "scv-test-%d.sock" % os.getpid()
+        self._changed = threading.Condition()
+        self._stopped, self._version = False, 0
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        methods = {"GetDevicePluginOptions": self._options, "ListAndWatch": self._list_and_watch,
+                   "Allocate": self._allocate, "GetPreferredAllocation": self._preferred,
+                   "PreStartContainer": self._pre_start}
+        servicer = type("Plugin", (self.pb2_grpc.DevicePluginServicer,), methods)()
+        self.pb2_grpc.add_DevicePluginServicer_to_server(servicer, self.server)
+
+    def start(self):
+        """Serves, then registers with the kubelet (whose registration socket must exist)."""
+        import grpc
+
+        wait((DEVICE_PLUGINS / "kubelet.sock").exists, 30, "the kubelet's device plugin socket")
+        self.server.add_insecure_port("unix:%s" % (DEVICE_PLUGINS / self.endpoint))
+        self.server.start()
+        with grpc.insecure_channel("unix:%s" % (DEVICE_PLUGINS / "kubelet.sock")) as channel:
+            self.pb2_grpc.RegistrationStub(channel).Register(self.pb2.RegisterRequest(
+                version="v1beta1", endpoint=self.endpoint, resource_name=self.resource), timeout=10)
+        return self
+
+    def stop(self):
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+        self.server.stop(0)
+        try:
+            (DEVICE_PLUGINS / self.endpoint).unlink()
+        except FileNotFoundError:
+            pass
+
+    def set_devices(self, ids):
+        """Advertises ``ids``, all healthy, instead of what was advertised."""
+        with self._changed:
+            self.health = {device: "Healthy" for device in ids}
+            self._version += 1
+            self._changed.notify_all()
+
+    def _options(self, _request, _context):
+        return self.pb2.DevicePluginOptions()
+
+    def _list_and_watch(self, _request, context):
+        sent = None
+        while True:
+            with self._changed:
+                while self._version == sent and not self._stopped and context.is_active():
+                    self._changed.wait(1)
+                if self._stopped or not context.is_active():
+                    return
+                sent = self._version
+                devices = [self.pb2.Device(ID=device, health=health) for device, health in self.health.items()]
+            yield self.pb2.ListAndWatchResponse(devices=devices)
+
+    def _allocate(self, request, _context):
+        responses = []
+        for container in request.container_requests:
+            self.allocated.append(list(container.devices_ids))
+            responses.append(self.pb2.ContainerAllocateResponse(
+                envs={"NVIDIA_VISIBLE_DEVICES": ",".join(container.devices_ids)}))
+        return self.pb2.AllocateResponse(container_responses=responses)
+
+    def _preferred(self, request, _context):
+        return self.pb2.PreferredAllocationResponse(container_responses=[
+            self.pb2.ContainerPreferredAllocationResponse(
+                deviceIDs=list(container.available_deviceIDs)[:container.allocation_size])
+            for container in request.container_requests])
+
+    def _pre_start(self, _request, _context):
+        return self.pb2.PreStartContainerResponse()
+
+
+def gpu_pod(name, namespace, node, gpus):
+    """A pod on ``node`` (no scheduler runs here) whose one container asks for ``gpus`` nvidia.com/gpu."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node, "hostNetwork": True, "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "trainer", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+    }
