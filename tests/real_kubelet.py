@@ -147,6 +147,7 @@ class Containerd:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+        unmount_under(self.work)
 
 
 def _processes():
@@ -175,6 +176,21 @@ def _descendants(pids):
             found.append(child)
             todo.append(child)
     return found
+
+
+def unmount_under(path):
+    """Unmounts every mount point under ``path``, deepest first: the kubelet makes its root directory a
+    shared bind mount, and a container's root file system stays mounted under containerd's state when
+    its shim is killed."""
+    prefix = str(path).rstrip("/") + "/"
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
+        for line in mounts:
+            point = line.split()[4].replace("\\040", " ")
+            if point == prefix.rstrip("/") or point.startswith(prefix):
+                points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True, check=False, timeout=30)
 
 
 def _kill(pid, sig):
@@ -250,6 +266,7 @@ class Kubelet:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+        unmount_under(self.root)
 
 
 class DevicePlugin:

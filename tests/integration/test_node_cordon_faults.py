@@ -102,13 +102,17 @@ def test_a_concurrent_writer_and_two_cordons_at_once_lose_nothing(control_plane)
         for _round in range(5):
             for state, owner in (("cordoned", OWNER), ("cordoned", "other-team"), ("uncordoned", "other-team"),
                                  ("uncordoned", OWNER)):
+                # The other writer writes again between any two of ours, however busy the machine is.
+                seen = len(written)
+                while len(written) == seen and thread.is_alive():
+                    stop.wait(0.005)
                 client = NodeClient.connect(kubeconfig=str(control_plane.admin_kubeconfig))
                 outcomes.append(apply(client, name, state, owner, False)[2])
         during = len(written) - during
     finally:
         stop.set()
         thread.join(timeout=10)
-    assert during >= 2, during                          # the writer did write while we worked
+    assert during >= 20, during                         # the writer did write while we worked
     # first come owns it: the other team neither marks our cordon nor lifts it; we lift ours
     assert outcomes == ["cordoned", "foreign", "foreign", "uncordoned"] * 5
     stored = node(control_plane, name)
