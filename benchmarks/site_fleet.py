@@ -176,7 +176,7 @@ def print_run(stages, hosts, forks, run):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--hosts", type=int, default=100, help="hosts for the API stages")
-    parser.add_argument("--forks", default="10,50")
+    parser.add_argument("--forks", default="10,50", help="numbers of forks for the API stages ('' for none)")
     parser.add_argument("--host-stage-hosts", type=int, default=10,
                         help="hosts for the host stages in check mode (each costs this machine about 25 s of CPU)")
     parser.add_argument("--host-stage-forks", default="10",
@@ -187,7 +187,7 @@ def main():
     results = {"api": {}, "host": {}}
     try:
         print("machine: %s, %d cores" % (platform.platform(), os.cpu_count()))
-        for forks in (int(text) for text in args.forks.split(",")):
+        for forks in (int(text) for text in args.forks.split(",") if text):   # --forks '': host stages only
             results["api"][forks] = run_forks(work, args.hosts, forks, API_STAGES)
             for run in results["api"][forks]:
                 print_run("API stages", args.hosts, forks, run)
