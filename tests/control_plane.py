@@ -237,7 +237,7 @@ class ControlPlane:
 
     def stop_apiserver(self):
         """Stops kube-apiserver alone (etcd keeps the data), as an outage would."""
-        _terminate(self.state["pids"].pop("kube-apiserver"))
+        terminate_group(self.state["pids"].pop("kube-apiserver"))
         self._save()
 
     def start_apiserver(self):
@@ -321,7 +321,7 @@ class ControlPlane:
         for name in ("kube-apiserver", "etcd"):
             pid = pids.get(name)
             if pid:
-                _terminate(pid)
+                terminate_group(pid)
         self.state["pids"] = {}
         if self.state_path.exists():
             self.state_path.unlink()
@@ -341,7 +341,8 @@ def _alive(pid):
     return True
 
 
-def _terminate(pid, grace=15):
+def terminate_group(pid, grace=15):
+    """Stops the process group that ``pid`` leads (started with a session of its own): SIGTERM, SIGKILL after ``grace`` s."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:

@@ -29,7 +29,7 @@ import threading
 import time
 from concurrent import futures
 
-from control_plane import build_binaries, free_port
+from control_plane import build_binaries, free_port, terminate_group
 from kubelet_podresources import DEVICEPLUGIN, generate
 from support import debian_containerd
 
@@ -140,13 +140,8 @@ class Containerd:
         shims = [pid for pid, command in _processes() if "containerd-shim" in command and str(self.socket) in command]
         for pid in _descendants(shims) + shims:
             _kill(pid, signal.SIGKILL)
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        if self.process:
+            terminate_group(self.process.pid)
         unmount_under(self.work)
 
 
@@ -259,13 +254,8 @@ class Kubelet:
         return node["status"].get("allocatable", {}).get(resource)
 
     def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        if self.process:
+            terminate_group(self.process.pid)
         unmount_under(self.root)
 
 

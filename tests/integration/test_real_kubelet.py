@@ -46,19 +46,24 @@ def _pod_phase(plane, name):
     return json.loads(done.stdout)["status"].get("phase") if done.returncode == 0 else None
 
 
-def test_a_pod_given_gpus_by_the_kubelet_is_named_on_their_series_until_it_ends(
-        access, agent_command, real_node, tmp_path):
+def _agent(agent_command, plane, kubelet, directory):
+    """The agent for the real node, reading its kubelet's pod-resources socket every second."""
     from test_scv_agent import AgentProcess
 
+    return AgentProcess(agent_command, plane, NODE, directory, scenario="h100_sxm_x8",
+                        extra=("--pod-resources-socket", str(kubelet.pod_resources_socket),
+                               "--pod-resources-interval", "1"))
+
+
+def test_a_pod_given_gpus_by_the_kubelet_is_named_on_their_series_until_it_ends(
+        access, agent_command, real_node, tmp_path):
     kubelet, plugin = real_node
     uuids = _uuids("h100_sxm_x8")
     plugin.set_devices(uuids)
     # The kubelet took the plugin's registration and its eight devices as the Node's allocatable GPUs.
     wait(lambda: kubelet.allocatable(GPU) == "8", 60, "nvidia.com/gpu: 8 allocatable on %s" % NODE)
 
-    agent = AgentProcess(agent_command, access, NODE, tmp_path, scenario="h100_sxm_x8",
-                         extra=("--pod-resources-socket", str(kubelet.pod_resources_socket),
-                                "--pod-resources-interval", "1"))
+    agent = _agent(agent_command, access, kubelet, tmp_path)
     nobody = [("", "", "")]
     try:
         agent.wait_for(lambda: _held(agent).get(0) == nobody, 30)
@@ -80,16 +85,12 @@ def test_a_pod_given_gpus_by_the_kubelet_is_named_on_their_series_until_it_ends(
 
 
 def test_pods_sharing_a_gpu_by_time_slicing_are_all_named_on_its_series(access, agent_command, real_node, tmp_path):
-    from test_scv_agent import AgentProcess
-
     kubelet, plugin = real_node
     shared = _uuids("h100_sxm_x8")[5]
     # Time-slicing as NVIDIA's plugin advertises it: replicas of one GPU, its UUID with a suffix each.
     plugin.set_devices([shared + "::0", shared + "::1"])
     wait(lambda: kubelet.allocatable(GPU) == "2", 60, "nvidia.com/gpu: 2 allocatable on %s" % NODE)
-    agent = AgentProcess(agent_command, access, NODE, tmp_path, scenario="h100_sxm_x8",
-                         extra=("--pod-resources-socket", str(kubelet.pod_resources_socket),
-                                "--pod-resources-interval", "1"))
+    agent = _agent(agent_command, access, kubelet, tmp_path)
     nobody = [("", "", "")]
     try:
         for name in ("notebook-a", "notebook-b"):
