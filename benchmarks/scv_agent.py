@@ -92,6 +92,29 @@ def sample(pid):
     return rss_kib / 1024.0, (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_cpu(pid):
+    """Each live thread's CPU seconds (the scheduler's, to the nanosecond), by thread id: (name, seconds)."""
+    threads = {}
+    for task in pathlib.Path("/proc/%d/task" % pid).iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            on_cpu_ns = int((task / "schedstat").read_text().split()[0])
+        except OSError:
+            continue   # it ended
+        threads[task.name] = (name, on_cpu_ns / 1e9)
+    return threads
+
+
+def thread_shares(before, after, elapsed):
+    """% of a core per thread that lived through the window; what ended threads used is the rest."""
+    shares = {}
+    for tid, (name, seconds) in after.items():
+        if tid in before:
+            label = "main" if tid == min(after, key=int) else name
+            shares[label] = shares.get(label, 0.0) + (seconds - before[tid][1]) / elapsed * 100
+    return shares
+
+
 def site_runs(plane, work):
     """Wall seconds of two site.yml runs on this machine as demo-node (the make demo inventory)."""
     plane.kubectl("create", "-f", "-", input_text=json.dumps(
@@ -152,8 +175,15 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
                 raise RuntimeError("the agent published nothing in 30 s")
             time.sleep(0.2)
         time.sleep(5)   # start-up done, the watch is up
+        if scrape_interval:
+            # Prometheus has been scraping: the second counters read (GPM's first metrics, its cold call
+            # charged once per session) comes before the window, which then holds only steady state
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
+                response.read()
+            time.sleep(2)
         before = agent_metrics(port)
         requests_before, (_rss, cpu_before), start = scv_requests(plane), sample(agent.pid), time.monotonic()
+        threads_before = thread_cpu(agent.pid)
         rss, scrapes, next_scrape = [], 0, start + scrape_interval
         while time.monotonic() - start < window:
             time.sleep(1)
@@ -165,6 +195,7 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
                 next_scrape += scrape_interval
         elapsed = time.monotonic() - start
         cpu_after = sample(agent.pid)[1]
+        threads = thread_shares(threads_before, thread_cpu(agent.pid), elapsed)
         # the metrics GETs and kubectl's are not the agent's: count only scvs requests
         requests = scv_requests(plane) - requests_before
         after = agent_metrics(port)
@@ -193,7 +224,7 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
     nvml = after["scv_agent_nvml_seconds_total"] - before["scv_agent_nvml_seconds_total"]
     return {
         "elapsed": elapsed, "rss_median": statistics.median(rss), "rss_max": max(rss), "library_rss": library,
-        "cpu": (cpu_after - cpu_before) / elapsed * 100, "requests": requests,
+        "cpu": (cpu_after - cpu_before) / elapsed * 100, "threads": threads, "requests": requests,
         "per_minute": requests / elapsed * 60, "freshness": statistics.median(freshness),
         "freshness_max": max(freshness), "ticks": ticks,
         "nvml_ms_per_gpu_tick": nvml / ticks / 8 * 1000 if ticks else float("nan"),
@@ -241,6 +272,9 @@ def main():
                   result["rss_median"], result["rss_max"], result["library_rss"],
                   result["rss_median"] - result["library_rss"]))
         print("  CPU: %.3f %% of one core (target <= 0.3 %%)" % result["cpu"])
+        shares = result["threads"]
+        print("  CPU by thread: %s; threads that ended in the window (the scrapes') %.3f %%" % (
+            ", ".join("%s %.3f %%" % item for item in sorted(shares.items())), result["cpu"] - sum(shares.values())))
         print("  scrapes: %d (every %g s); costly counters read %d times"
               % (result["scrapes"], args.scrape_interval, result["counter_reads"]))
         print("  NVML: %.3f ms per GPU per tick over %d ticks (target <= 1 ms); NVML initialised %d time(s), "

@@ -450,27 +450,30 @@ static nvmlReturn_t sim_load(void)
     return NVML_SUCCESS;
 }
 
+/* Whether `st` is not the scenario file loaded (replaced or rewritten), or none is loaded. */
+static int sim_differs(const struct stat *st)
+{
+    return !sim_root || st->st_mtim.tv_sec != sim_loaded_mtime.tv_sec ||
+           st->st_mtim.tv_nsec != sim_loaded_mtime.tv_nsec || st->st_size != sim_loaded_size ||
+           st->st_ino != sim_loaded_ino;
+}
+
 /* Whether the scenario file is not the one loaded (replaced, rewritten, gone, or none loaded). */
 static int sim_changed(void)
 {
     const char *path = sim_config_path();
     struct stat st;
 
-    if (!sim_root || !path || stat(path, &st) != 0)
-        return 1;
-    return st.st_mtim.tv_sec != sim_loaded_mtime.tv_sec || st.st_mtim.tv_nsec != sim_loaded_mtime.tv_nsec ||
-           st.st_size != sim_loaded_size || st.st_ino != sim_loaded_ino;
+    return !path || stat(path, &st) != 0 || sim_differs(&st);
 }
 
-/* Reloads the scenario when its file was replaced or rewritten (a bad new file keeps the old). */
+/* Reloads the scenario when its file was replaced or rewritten (a bad new file keeps the old); one stat. */
 static void sim_refresh(void)
 {
     const char *path = sim_config_path();
     struct stat st;
 
-    if (!path || stat(path, &st) != 0)
-        return;
-    if (sim_changed())
+    if (path && stat(path, &st) == 0 && sim_differs(&st))
         sim_load();
 }
 
@@ -696,22 +699,31 @@ static long long sim_attach_ns(void)
     return sim_model_real() ? SIM_REAL_ATTACH_NS : 0;
 }
 
-/* Spends `ns` busy, as the driver would. */
-static void sim_spend(long long ns)
+/* Spends busy, as the driver would, until `ns` have passed since `start`: what the simulator did for the
+ * call since then (looking at the scenario file, say) is part of the cost, not added to it. */
+static void sim_spend_from(const struct timespec *start, long long ns)
 {
-    struct timespec start, now;
+    struct timespec now;
 
     if (ns <= 0)
         return;
-    clock_gettime(CLOCK_MONOTONIC, &start);
     do
         clock_gettime(CLOCK_MONOTONIC, &now);
-    while ((now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec) < ns);
+    while ((now.tv_sec - start->tv_sec) * 1000000000LL + (now.tv_nsec - start->tv_nsec) < ns);
     sim_spent_ns += (unsigned long long)ns;
 }
 
-/* Counts one call of `function` (a __func__, so one address per function) and spends its cost. */
-static void sim_call(const char *function)
+static void sim_spend(long long ns)
+{
+    struct timespec start;
+
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    sim_spend_from(&start, ns);
+}
+
+/* Counts one call of `function` (a __func__, so one address per function) and spends its cost, counted
+ * from `entered` (when the call came in). */
+static void sim_call_from(const char *function, const struct timespec *entered)
 {
     sim_calls++;
     for (int i = 0; i < SIM_MAX_COUNTED; i++) {
@@ -721,7 +733,15 @@ static void sim_call(const char *function)
             break;
         }
     }
-    sim_spend(sim_cost_ns(function));
+    sim_spend_from(entered, sim_cost_ns(function));
+}
+
+static void sim_call(const char *function)
+{
+    struct timespec entered;
+
+    clock_gettime(CLOCK_MONOTONIC, &entered);
+    sim_call_from(function, &entered);
 }
 
 /*
@@ -746,15 +766,20 @@ static int sim_driver_replaced(void)
     return version && version->type == J_STR && strcmp(version->str, sim_session_driver) != 0;
 }
 
-/* `fresh`: first read the scenario again if its file changed (see SIM_FRESH_DEVICE_CALL). */
+/* `fresh`: first read the scenario again if its file changed (see SIM_FRESH_DEVICE_CALL); that look at
+ * the file is part of the call's modelled cost, which a real driver's own work is part of too. */
 #define SIM_DEVICE_CALL_(handle, dev, fresh)                                  \
     sim_device dev;                                                           \
     nvmlReturn_t sim_rc_;                                                     \
+    struct timespec sim_entered_;                                             \
+    clock_gettime(CLOCK_MONOTONIC, &sim_entered_);                            \
     pthread_mutex_lock(&sim_lock);                                            \
-    sim_call(__func__);                                                       \
+    if ((fresh) && sim_init_refcount)                                         \
+        sim_refresh();                                                        \
+    sim_call_from(__func__, &sim_entered_);                                   \
     if (!sim_init_refcount)                                                   \
         SIM_RETURN(NVML_ERROR_UNINITIALIZED);                                 \
-    if ((fresh) && (sim_refresh(), sim_driver_replaced()))                    \
+    if ((fresh) && sim_driver_replaced())                                     \
         SIM_RETURN(NVML_ERROR_LIB_RM_VERSION_MISMATCH);                       \
     if (!sim_resolve((handle), &dev))                                         \
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);                              \

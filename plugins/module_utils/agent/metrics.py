@@ -203,6 +203,16 @@ class SnapshotCollector:
             yield CounterMetricFamily(name, helps[name], value=value)
 
 
+def load():
+    """Imports prometheus_client now: an agent that serves metrics calls it at start-up.
+
+    The import costs about 45 ms of CPU, once. Left to the first scrape, it would make that scrape
+    15 to 30 times dearer than the next ones, and a missing library would show only when Prometheus
+    first asks; ImportError says so at start-up instead.
+    """
+    import prometheus_client.core  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+
+
 def exposition(snapshot):
     """The Prometheus text of what ``snapshot()`` (a function) returns."""
     from prometheus_client import CollectorRegistry, generate_latest

@@ -11,7 +11,7 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, load
 
 
 # Connections served at once: Prometheus, a probe and an operator's curl need a few; more wait in the
@@ -54,7 +54,11 @@ class BoundedServer6(BoundedServer):
 
 
 def serve(agent, host, port):
-    """Serves ``agent``'s metrics and health on ``host:port`` in a daemon thread; returns the server."""
+    """Serves ``agent``'s metrics and health on ``host:port`` in a daemon thread; returns the server.
+
+    OSError when the address cannot be bound; ImportError when prometheus_client is missing.
+    """
+    load()
 
     class Handler(BaseHTTPRequestHandler):
         timeout = 10   # seconds a connection may sit idle: each holds a thread

@@ -19,23 +19,14 @@ from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import (
 )
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     ABSENT,
-    AGGREGATE_ECC,
     CARD_GONE,
     CLOCK_MEM,
     CLOCK_SM,
-    FI_DEV_GET_GPU_RECOVERY_ACTION,
     FUNCTION_NOT_FOUND,
-    HW_POWER_BRAKE_SLOWDOWN,
-    HW_THERMAL_SLOWDOWN,
-    MEMORY_ERROR_CORRECTED,
-    MEMORY_ERROR_UNCORRECTED,
     NO_PERMISSION,
     NOT_SUPPORTED,
-    RECOVERY_ACTIONS,
     SESSION_ENDING,
-    SW_THERMAL_SLOWDOWN,
     TEMPERATURE_GPU,
-    VOLATILE_ECC,
     CardGone,
     SessionLost,
     as_text,
@@ -46,13 +37,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     pynvml,
     text_call,
 )
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import (
-    TELEMETRY_FIELDS,
-    field_value,
-    read_codecs,
-    read_counters,
-    read_virtualization,
-)
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import read_codecs, read_counters, read_virtualization
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.health import read_health
 
 
 class _CardReader:
@@ -80,8 +66,8 @@ class _CardReader:
         A health check (``health``) that NVML refuses for lack of permission is
         recorded in ``unchecked``: the card is not known to be healthy there.
         """
-        remembered = self.unsupported is not None and code_key(self.prefix + what, args)
-        if remembered and remembered in self.unsupported:
+        unsupported = self.unsupported
+        if unsupported and code_key(self.prefix + what, args) in unsupported:
             return None
         try:
             return text_call(function, self.handle, *args)
@@ -93,8 +79,8 @@ class _CardReader:
                 self.note_unchecked(what)
                 return None
             if code in ABSENT:
-                if remembered and code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
-                    self.unsupported.add(remembered)
+                if unsupported is not None and code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+                    unsupported.add(code_key(self.prefix + what, args))
                 return None
             if code in CARD_GONE:
                 raise CardGone(gone_reason(code))
@@ -107,99 +93,10 @@ class _CardReader:
             self.unchecked.append(note)
 
 
-def _clock_event_reasons(handle):
-    try:
-        return pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
-    except pynvml.NVMLError as error:
-        if error_code(error) != FUNCTION_NOT_FOUND:
-            raise
-    # Drivers before the r535 branch know only the older name of the same query.
-    return pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
-
-
 def _read_ecc_mode(reader, card):
     ecc = reader.query("ECC mode", pynvml.nvmlDeviceGetEccMode, health=True)
     if ecc is not None:
         card["eccEnabled"] = bool(ecc[0])
-
-
-# ECC error counts: fact key, error type, counter. Health needs the first at every read; the
-# others are counters for metrics, read with the counters subset.
-ECC_COUNTS = (
-    ("uncorrectedVolatile", MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
-    ("uncorrectedAggregate", MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC),
-    ("correctedVolatile", MEMORY_ERROR_CORRECTED, VOLATILE_ECC),
-    ("correctedAggregate", MEMORY_ERROR_CORRECTED, AGGREGATE_ECC),
-)
-
-
-def _read_health(reader, card, telemetry=False, counters=True, recovery=True):
-    reasons = reader.reasons
-    if card.get("eccEnabled"):
-        counts = {}
-        for key, kind, counter in ECC_COUNTS if counters else ECC_COUNTS[:1]:
-            value = reader.query("ECC error count", pynvml.nvmlDeviceGetTotalEccErrors, kind, counter, health=True)
-            if value is not None:
-                counts[key] = value
-        card["eccErrors"] = counts
-        if counts.get("uncorrectedVolatile"):
-            reasons.append("%d uncorrectable ECC errors since the driver loaded"
-                           % counts["uncorrectedVolatile"])
-
-    rows = reader.query("remapped rows", pynvml.nvmlDeviceGetRemappedRows, health=True)
-    if rows is not None:
-        correctable, uncorrectable, remap_pending, remap_failed = rows
-        card["remappedRows"] = {
-            "correctable": correctable,
-            "uncorrectable": uncorrectable,
-            "pending": bool(remap_pending),
-            "failed": bool(remap_failed),
-        }
-        if remap_failed:
-            reasons.append("row remapping failed: the GPU needs service")
-        if remap_pending:
-            reasons.append("row remapping is pending: reset the GPU")
-
-    # Cards that remap rows (Ampere and later) do not retire pages: the query would answer
-    # NOT_SUPPORTED, and on an H100 that answer alone costs 0.4 ms. Ask only the others.
-    pending = None if rows is not None else reader.query(
-        "retired pages", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, health=True)
-    if pending is not None:
-        card["retiredPagesPending"] = bool(pending)
-        if pending:
-            reasons.append("memory pages are pending retirement: reset the GPU or reboot the node")
-
-    # One field-values call for the recovery action and, with telemetry, the memory temperature and
-    # NVLink traffic: each field a call of its own would cost the call again.
-    # Without ``recovery`` (a Session that read 0 and has seen no XID since) the action is not asked:
-    # the driver changes it only with an XID, and the call alone costs 0.04 ms on an H100.
-    wanted = [FI_DEV_GET_GPU_RECOVERY_ACTION] if recovery else []
-    wanted += list(TELEMETRY_FIELDS.values()) if telemetry else []
-    what = "GPU recovery action" if recovery else "memory temperature and NVLink fields"
-    fields = reader.query(what, pynvml.nvmlDeviceGetFieldValues, wanted, health=True) if wanted else None
-    action_field = fields[0] if fields is not None and recovery else None
-    for field, (key, _field_id) in zip(fields[int(recovery):] if fields is not None else (), TELEMETRY_FIELDS.items()):
-        if field.nvmlReturn == 0:
-            card[key] = field_value(field)
-    if not recovery:
-        card["recoveryAction"] = 0
-    if action_field is not None and action_field.nvmlReturn == NO_PERMISSION:
-        reader.note_unchecked("GPU recovery action")
-    if action_field is not None and action_field.nvmlReturn == 0:
-        action = action_field.value.uiVal
-        card["recoveryAction"] = action
-        if action:
-            reasons.append("%s after a critical XID error"
-                           % RECOVERY_ACTIONS.get(action, "the driver asks for recovery action %d" % action))
-
-    event_reasons = reader.query("clock event reasons", _clock_event_reasons, health=True)
-    if event_reasons is not None:
-        if event_reasons & HW_THERMAL_SLOWDOWN:
-            reasons.append("hardware thermal slowdown: the GPU is too hot and its clocks are cut")
-        if event_reasons & SW_THERMAL_SLOWDOWN:
-            reasons.append("software thermal slowdown: the GPU runs above its target temperature")
-        if event_reasons & HW_POWER_BRAKE_SLOWDOWN:
-            reasons.append("hardware power brake slowdown: the power supply asked the GPU to slow down")
 
 
 def _read_telemetry(reader, card):
@@ -325,12 +222,13 @@ def _read_memory(reader, card):
     if memory is None and len(reader.reasons) == failures:   # a driver without the second version
         memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo)
     if memory is not None:
-        card["totalMemory"] = bytes_to_mib(memory.total)
-        card["freeMemory"] = bytes_to_mib(memory.free)
+        total, free, used = memory.total, memory.free, memory.used   # each a conversion in pynvml
+        card["totalMemory"] = bytes_to_mib(total)
+        card["freeMemory"] = bytes_to_mib(free)
         card["reservedMemory"] = bytes_to_mib(reserved)
         # in MiB as nvidia-smi shows it, so that used + free + reserved = total
         card["usedMemory"] = card["totalMemory"] - card["freeMemory"] - card["reservedMemory"]
-        if memory.free > memory.total or memory.used + reserved > memory.total:
+        if free > total or used + reserved > total:
             reader.reasons.append(
                 "the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; reset the "
                 "GPU or reload the driver" % (card["freeMemory"], card["usedMemory"], card["totalMemory"]))
@@ -393,10 +291,11 @@ class Static:
         self.unsupported = set()
 
 
-def read_card(index, subsets, handle=None, static=None, lost=None, recovery=True, wanted=None):
+def read_card(index, subsets, handle=None, static=None, lost=None, settled=None, wanted=None):
     """One card's facts. ``handle`` and ``static`` come from a Session; without them, everything is read.
 
-    ``recovery``: ask the GPU recovery action (a Session leaves it out while it was 0 and no XID came);
+    ``settled``: the readings ``settled_health`` kept, reused instead of asked (a Session's, while they
+    read clear and no XID came); None: ask them.
     ``wanted``: the costly counters' fact keys to read (None: all).
 
     A card that answers GPU_IS_LOST or RESET_REQUIRED has its index added to ``lost``.
@@ -439,7 +338,7 @@ def read_card(index, subsets, handle=None, static=None, lost=None, recovery=True
         once(_read_capabilities)
         once(_read_persistence)   # changed only by an administrator (nvidia-smi -pm), 0.03 ms a read
         once(_read_ecc_mode)
-        _read_health(reader, card, "telemetry" in subsets, "counters" in subsets or static is None, recovery)
+        read_health(reader, card, "telemetry" in subsets, "counters" in subsets or static is None, settled)
         if "telemetry" in subsets:
             _read_telemetry(reader, card)
         if "counters" in subsets:

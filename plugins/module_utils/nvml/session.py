@@ -32,6 +32,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.card import Static, read_card
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import init_failure_reason, system_facts, unavailable
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.events import XidEvents, XidLog
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.health import settled_health
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.counters import DEFAULT_INTERVAL_S, SlowReadings
 
 
@@ -54,30 +55,40 @@ def system_change(known_driver, count, call):
     return None
 
 
-class RecoveryChecks:
-    """When a card's GPU recovery action must be asked: the driver changes it only with an XID.
+class SettledChecks:
+    """When a card's XID-driven health readings must be asked (``health.settled_health``): the GPU recovery
+    action, the uncorrectable ECC count, the remapped rows and the pages pending retirement.
 
-    A card whose action read 0 is asked again after an XID (of any card), with the counters, or
-    every ``SYSTEM_CHECK_S``; any other answer is asked at every read until it reads 0.
+    The driver changes them only with an XID. On a card with no health reason, readings that read clear
+    are reused. They are asked again after an XID (of any card), with the counters, or every
+    ``SYSTEM_CHECK_S``. A card with a reason, or whose readings are not clear, is asked at every read.
     """
 
     def __init__(self):
-        self._clear = {}      # card index -> (clock, XIDs seen) when its action last read 0
+        self._clear = {}      # card index -> (clock, XIDs seen, the readings) when they last read clear
         self._now = self._xids = None
         self._all = True
 
     def start(self, now, xids, every_card):
         self._now, self._xids, self._all = now, xids, every_card
 
-    def due(self, index):
-        clear = self._clear.get(index)
-        return self._all or clear is None or clear[1] != self._xids or self._now - clear[0] >= SYSTEM_CHECK_S
+    def reuse(self, index):
+        """Card ``index``'s readings to reuse, or None: ask them."""
+        clear = None if self._all else self._clear.get(index)
+        if clear is None or clear[1] != self._xids or self._now - clear[0] >= SYSTEM_CHECK_S:
+            return None
+        return clear[2]
 
     def read(self, index, card, asked):
-        if card.get("recoveryAction") != 0:
+        """After card ``index`` was read, with its readings ``asked`` or reused."""
+        if card.get("healthReasons") or card.get("healthUnchecked"):
             self._clear.pop(index, None)
         elif asked:
-            self._clear[index] = (self._now, self._xids)
+            readings = settled_health(card)
+            if readings is None:
+                self._clear.pop(index, None)
+            else:
+                self._clear[index] = (self._now, self._xids, readings)
 
     def forget(self):
         self._clear.clear()
@@ -137,6 +148,7 @@ class Session:
         self.xids = XidLog(self.clock)
         self._nvml_lock = threading.RLock()   # session start and stop against the event waiter
         self._wanted = threading.Event()      # the reader waits for the lock: the waiter lets it have it
+        self._opened = threading.Event()      # NVML is initialised: the waiter waits for it before its first wait
         self._events = XidEvents()
         self.slow = SlowReadings(self.clock, counters_interval_s)
         self.inits, self.static_reads = 0, 0    # successful nvmlInit calls; static readings (re)started
@@ -148,7 +160,7 @@ class Session:
         self._reinit_at = None
         self._lost_backoff = 0.0
         self._lost = LostCards(self.xids)
-        self._recovery = RecoveryChecks()
+        self._settled = SettledChecks()
 
     # -------------------------------------------------------------- public
 
@@ -187,6 +199,7 @@ class Session:
             with self._nvml_lock:
                 self._events.free()
                 self.slow.free()
+                self._opened.clear()
                 if self._open:
                     self._open = False
                     try:
@@ -196,7 +209,7 @@ class Session:
                 self._handles = []
                 self._uuids = []
                 self._static.clear()
-                self._recovery.forget()
+                self._settled.forget()
                 self.xids.clear(keep_xids)
         finally:
             self._wanted.clear()
@@ -206,20 +219,24 @@ class Session:
 
         Meant for one thread beside the reader's: NVML wakes it when the driver reports an XID,
         with no polling. NVML is not shut down during a wait, so a new session waits for the
-        current wait to end. The XID is kept in :attr:`xids`. Returns None at once, after a
-        pause, when NVML is not initialised or has no events.
+        current wait to end. The XID is kept in :attr:`xids`. Returns None: after the timeout when
+        NVML has no events, and as soon as NVML is initialised (or after the timeout) when it is not.
         """
         if self._wanted.is_set():
             time.sleep(0.05)   # the reader is starting or stopping NVML: let it have the lock
             return None
         with self._nvml_lock:
-            event_set = self._events.ready(len(self._handles), self.inits) if self._open else None
+            opened = self._open
+            event_set = self._events.ready(len(self._handles), self.inits) if opened else None
             if event_set is not None:
                 event = self._events.wait(event_set, timeout_ms)
                 if event is not None:
                     self.xids.add(*event)
                 return event
-        time.sleep(timeout_ms / 1000.0)
+        if opened:
+            time.sleep(timeout_ms / 1000.0)   # no events on these cards
+        else:
+            self._opened.wait(timeout_ms / 1000.0)   # a session that starts meanwhile is waited on at once
         return None
 
     # ------------------------------------------------------------ internal
@@ -242,6 +259,7 @@ class Session:
         except pynvml.NVMLError as error:
             return unavailable(init_failure_reason(error))
         self._open = True
+        self._opened.set()
         self.inits += 1
         self.static_reads += 1
         self._static_at = self._checked_at = self.clock()
@@ -277,12 +295,12 @@ class Session:
         slow = "counters" in subsets and self.slow.due()
         now_subsets = subsets if slow else [subset for subset in subsets if subset != "counters"]
         cards, lost = [], []
-        self._recovery.start(self.clock(), self.xids.count(), slow)
+        self._settled.start(self.clock(), self.xids.count(), slow)
         for index in range(len(self._handles)):
             static = self._static_for(index, subsets)
-            recovery = self._recovery.due(index)
-            card = read_card(index, now_subsets, self._handles[index], static, lost, recovery, self.slow.wanted)
-            self._recovery.read(index, card, recovery)
+            settled = self._settled.reuse(index)
+            card = read_card(index, now_subsets, self._handles[index], static, lost, settled, self.slow.wanted)
+            self._settled.read(index, card, settled is None)
             if "counters" in subsets:
                 self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)

@@ -346,6 +346,34 @@ def test_a_session_reports_every_health_reason_at_every_read(nvml_simulator, ses
         assert facts == once
 
 
+def test_a_waiter_that_found_nvml_closed_waits_on_events_as_soon_as_a_session_starts(scenario_file, session):
+    """The agent's waiter starts before the first read: it must not sleep out its whole wait (an XID in
+    that time would reach the agent only after it), but wait on NVML's events once NVML is initialised."""
+    import threading
+    import time
+
+    path, data = scenario_file("h100_sxm_x8")
+    events = []
+
+    def wait():   # as the agent's waiter does: wait after wait, 5 s each
+        deadline = time.monotonic() + 10
+        while not events and time.monotonic() < deadline:
+            event = session.wait_event(5000)
+            if event is not None:
+                events.append((time.monotonic(), event))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    session.read([])
+    data["devices"][4]["xids"] = [{"xid": 48, "afterMs": 0}]
+    write(path, data)
+    written = time.monotonic()
+    waiter.join(timeout=15)
+    assert events and events[0][1] == (4, 48)
+    assert events[0][0] - written < 1.0
+
+
 def test_an_xid_event_wakes_the_waiter_and_is_logged_for_its_card(scenario_file, session):
     path, data = scenario_file("h100_sxm_x8")
     session.read([])
@@ -414,13 +442,16 @@ def test_tensor_activity_comes_from_gpm_between_two_reads(scenario_file, session
 
 
 def test_a_tick_asks_only_what_health_and_telemetry_need(nvml_simulator, session):
-    """Between the counters' reads a tick asks one ECC count per card (health's) and no persistence
-    mode, yet the card still shows all four counts as last read."""
+    """Between the counters' reads a tick asks no ECC count, remapped rows or persistence mode while the
+    health readings are clear and no XID came, yet the card still shows all four counts as last read."""
     nvml_simulator.use("h100_sxm_x8")
     first = session.read(["telemetry", "counters"])["cardList"][0]["eccErrors"]
     nvml_simulator.reset_calls()
     card = session.read(["telemetry", "counters"])["cardList"][0]
-    assert nvml_simulator.calls_of("nvmlDeviceGetTotalEccErrors") == 8
+    assert nvml_simulator.calls_of("nvmlDeviceGetTotalEccErrors") == 0
+    assert nvml_simulator.calls_of("nvmlDeviceGetRemappedRows") == 0
+    assert nvml_simulator.calls_of("nvmlDeviceGetMemoryInfo_v2") == 8
+    assert nvml_simulator.calls_of("nvmlDeviceGetCurrentClocksEventReasons") == 8
     assert nvml_simulator.calls_of("nvmlDeviceGetPersistenceMode") == 0
     assert nvml_simulator.calls_of("nvmlDeviceGetCount_v2") == 0
     assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 0
@@ -526,6 +557,68 @@ def test_the_recovery_action_is_asked_again_after_an_xid_not_at_every_read(scena
     assert session.read([])["cardList"][4]["recoveryAction"] == 0
     session.clock_control.now += SYSTEM_CHECK_S
     assert session.read([])["cardList"][4]["recoveryAction"] == 2
+
+
+def test_ecc_errors_and_row_remapping_are_seen_after_their_xid_and_asked_at_every_read_while_not_clear(
+        scenario_file, session, nvml_simulator):
+    """An uncorrectable ECC error comes with XID 48, 94 or 95, a row remapping with XID 63 or 64: while a
+    card's count and rows read clear they are reused, asked again after any XID and every SYSTEM_CHECK_S;
+    a card whose readings are not clear is asked at every read until they are."""
+    path, data = scenario_file("h100_sxm_x8")
+    session.read([])
+    data["devices"][3]["ecc"]["uncorrectedVolatile"] = 2
+    data["devices"][3]["remappedRows"].update(uncorrectable=1, pending=1)
+    write(path, data)
+    card = session.read([])["cardList"][3]
+    assert card["health"] == "Healthy" and card["eccErrors"]["uncorrectedVolatile"] == 0   # no XID yet
+
+    data["devices"][3]["xids"] = [{"xid": 94, "afterMs": 0}]
+    write(path, data)
+    assert session.wait_event(1000) == (3, 94)
+    nvml_simulator.reset_calls()
+    card = session.read([])["cardList"][3]
+    assert nvml_simulator.calls_of("nvmlDeviceGetRemappedRows") == 8     # every card once, after an XID
+    assert card["health"] == "Unhealthy" and card["eccErrors"]["uncorrectedVolatile"] == 2
+    assert card["remappedRows"] == {"correctable": 0, "uncorrectable": 1, "pending": True, "failed": False}
+    assert card["healthReasons"] == ["2 uncorrectable ECC errors since the driver loaded",
+                                     "row remapping is pending: reset the GPU"]
+    for _read in range(2):
+        nvml_simulator.reset_calls()
+        assert session.read([])["cardList"][3]["health"] == "Unhealthy"
+        assert nvml_simulator.calls_of("nvmlDeviceGetRemappedRows") == 1   # the card that is not clear
+        assert nvml_simulator.calls_of("nvmlDeviceGetTotalEccErrors") == 1
+
+    data["devices"][3]["ecc"]["uncorrectedVolatile"] = 0    # the GPU was reset: volatile counts start at 0
+    data["devices"][3]["remappedRows"]["pending"] = 0
+    write(path, data)
+    assert session.read([])["cardList"][3]["health"] == "Healthy"
+    nvml_simulator.reset_calls()
+    card = session.read([])["cardList"][3]
+    assert nvml_simulator.calls_of("nvmlDeviceGetRemappedRows") == 0
+    assert card["remappedRows"] == {"correctable": 0, "uncorrectable": 1, "pending": False, "failed": False}
+    assert card["eccErrors"] == {"uncorrectedVolatile": 0}
+
+    data["devices"][5]["remappedRows"]["failed"] = 1       # with no XID: seen at the next periodic check
+    write(path, data)
+    assert session.read([])["cardList"][5]["health"] == "Healthy"
+    session.clock_control.now += SYSTEM_CHECK_S
+    card = session.read([])["cardList"][5]
+    assert card["healthReasons"] == ["row remapping failed: the GPU needs service"]
+
+
+def test_a_card_with_any_health_reason_has_its_xid_driven_readings_asked_at_every_read(
+        scenario_file, session, nvml_simulator):
+    """A reason of another kind (here a thermal slowdown) does not make the reused readings wrong, but a
+    card that is Unhealthy for any reason is read in full: nothing about it is taken on trust."""
+    path, data = scenario_file("h100_sxm_x8")
+    data["devices"][1]["clocksEventReasons"] = 0x20    # software thermal slowdown
+    write(path, data)
+    session.read([])
+    nvml_simulator.reset_calls()
+    card = session.read([])["cardList"][1]
+    assert card["health"] == "Unhealthy"
+    assert nvml_simulator.calls_of("nvmlDeviceGetRemappedRows") == 1
+    assert nvml_simulator.calls_of("nvmlDeviceGetFieldValues") == 1
 
 
 def test_counters_no_series_serves_are_not_read(scenario_file, session, nvml_simulator):
