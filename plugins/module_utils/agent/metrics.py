@@ -210,7 +210,7 @@ def load():
     15 to 30 times dearer than the next ones, and a missing library would show only when Prometheus
     first asks; ImportError says so at start-up instead.
     """
-    import prometheus_client.core  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    import prometheus_client.core  # noqa: F401  pylint: disable=unused-import
 
 
 def exposition(snapshot):
