@@ -36,8 +36,8 @@ def _clock_event_reasons(handle):
     return pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
 
 
-# ECC error counts: fact key, error type, counter. Health needs the first at every read; the
-# others are counters for metrics, read with the counters subset.
+# ECC error counts: fact key, error type, counter. Health needs the first (asked at every read that does
+# not reuse it, see settled_health); the others are counters for metrics, read with the counters subset.
 ECC_COUNTS = (
     ("uncorrectedVolatile", MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
     ("uncorrectedAggregate", MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC),
@@ -70,7 +70,12 @@ def settled_health(card):
 
 
 def read_health(reader, card, telemetry=False, counters=True, settled=None):
-    """``settled``: what settled_health gave at an earlier read, reused instead of asked (a Session's)."""
+    """Reads card's health into ``card`` and its reasons into ``reader.reasons``.
+
+    ``telemetry``: also the memory temperature and NVLink fields (in the recovery action's call);
+    ``counters``: all four ECC counts, not only the uncorrectable volatile one;
+    ``settled``: what settled_health gave at an earlier read, reused instead of asked (a Session's).
+    """
     reasons = reader.reasons
     if card.get("eccEnabled"):
         if settled is not None:
