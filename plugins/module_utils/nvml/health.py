@@ -70,7 +70,7 @@ def settled_health(card):
 
 
 def read_health(reader, card, telemetry=False, counters=True, settled=None):
-    """Reads card's health into ``card`` and its reasons into ``reader.reasons``.
+    """Reads the card's health into ``card`` and its reasons into ``reader.reasons``.
 
     ``telemetry``: also the memory temperature and NVLink fields (in the recovery action's call);
     ``counters``: all four ECC counts, not only the uncorrectable volatile one;
