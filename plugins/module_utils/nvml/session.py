@@ -102,12 +102,25 @@ class LostCards:
     the Node condition for one fault, and the card an operator must replace no longer named. The
     identity is kept while the card stays lost at that index and the GPU count stays the same; a
     card that answers again (a reset) drops its XIDs.
+
+    It also says when a new session is due (``restart_at``), since a lost card recovers only after a reset.
     """
 
     def __init__(self, xids):
         self.xids = xids
         self.last = frozenset()   # the cards lost at the last read
+        self.restart_at = None    # clock time of the next new session, while cards are lost
         self._identity = {}       # card index: (GPU count, what the card told before it was lost)
+        self._backoff = 0.0
+
+    def schedule(self, lost, now, max_backoff_s):
+        """Sets ``restart_at`` after a read that found ``lost``: the next read after a first loss, then
+        backing off, doubling up to ``max_backoff_s``, while a card stays lost."""
+        if not lost:
+            self._backoff = 0.0
+        elif self.restart_at is None:
+            self.restart_at = now + self._backoff
+            self._backoff = min(max_backoff_s, max(1.0, self._backoff * 2))
 
     def keep_identity(self, cards, lost, count):
         for index, card in enumerate(cards):
@@ -157,8 +170,6 @@ class Session:
         self._handles, self._uuids = [], []
         self._static, self._static_at = {}, 0.0
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
-        self._reinit_at = None
-        self._lost_backoff = 0.0
         self._lost = LostCards(self.xids)
         self._settled = SettledChecks()
 
@@ -167,7 +178,7 @@ class Session:
     def read(self, subsets):
         """Every GPU's facts, like ``collect.collect``; never raises for NVML's answers."""
         now = self.clock()
-        if self._open and self._reinit_at is not None and now >= self._reinit_at:
+        if self._open and self._lost.restart_at is not None and now >= self._lost.restart_at:
             self._restart("a GPU was lost or needed a reset")
         if self._open and now - self._static_at >= self.static_refresh_s:
             self._static.clear()
@@ -263,7 +274,7 @@ class Session:
         self.inits += 1
         self.static_reads += 1
         self._static_at = self._checked_at = self.clock()
-        self._reinit_at = None
+        self._lost.restart_at = None
         self._system = system_facts()
         try:
             count = pynvml.nvmlDeviceGetCount()
@@ -304,7 +315,7 @@ class Session:
             if "counters" in subsets:
                 self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)
-        self._note_lost(lost)
+        self._lost.schedule(lost, self.clock(), self.max_lost_backoff_s)
         self._lost.keep_identity(cards, lost, len(self._handles))
         facts["cardList"] = cards
         facts.update(node_totals(cards))
@@ -328,11 +339,3 @@ class Session:
         if entry is None:
             entry = self._static[key] = Static(subsets)
         return entry
-
-    def _note_lost(self, lost):
-        """Schedules a new session after a lost card: at the next read, then backing off."""
-        if not lost:
-            self._lost_backoff = 0.0
-        elif self._reinit_at is None:
-            self._reinit_at = self.clock() + self._lost_backoff
-            self._lost_backoff = min(self.max_lost_backoff_s, max(1.0, self._lost_backoff * 2))
