@@ -161,12 +161,12 @@ class Session:
         self.xids = XidLog(self.clock)
         self._nvml_lock = threading.RLock()   # session start and stop against the event waiter
         self._wanted = threading.Event()      # the reader waits for the lock: the waiter lets it have it
-        self._opened = threading.Event()      # NVML is initialised: the waiter waits for it before its first wait
+        self._open = threading.Event()        # NVML is initialised (the waiter waits for it before its first wait)
         self._events = XidEvents()
         self.slow = SlowReadings(self.clock, counters_interval_s)
         self.inits, self.static_reads = 0, 0    # successful nvmlInit calls; static readings (re)started
         self.last_reinit_reason = None
-        self._open, self._system = False, None
+        self._system = None
         self._handles, self._uuids = [], []
         self._static, self._static_at = {}, 0.0
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
@@ -178,15 +178,15 @@ class Session:
     def read(self, subsets):
         """Every GPU's facts, like ``collect.collect``; never raises for NVML's answers."""
         now = self.clock()
-        if self._open and self._lost.restart_at is not None and now >= self._lost.restart_at:
+        if self._open.is_set() and self._lost.restart_at is not None and now >= self._lost.restart_at:
             self._restart("a GPU was lost or needed a reset")
-        if self._open and now - self._static_at >= self.static_refresh_s:
+        if self._open.is_set() and now - self._static_at >= self.static_refresh_s:
             self._static.clear()
             self._static_at = now
             self.static_reads += 1
             self._check_system = True
         for attempt in (1, 2):
-            if not self._open:
+            if not self._open.is_set():
                 failure = self._start()
                 if failure is not None:
                     return failure
@@ -210,9 +210,8 @@ class Session:
             with self._nvml_lock:
                 self._events.free()
                 self.slow.free()
-                self._opened.clear()
-                if self._open:
-                    self._open = False
+                if self._open.is_set():
+                    self._open.clear()
                     try:
                         pynvml.nvmlShutdown()
                     except pynvml.NVMLError:
@@ -237,7 +236,7 @@ class Session:
             time.sleep(0.05)   # the reader is starting or stopping NVML: let it have the lock
             return None
         with self._nvml_lock:
-            opened = self._open
+            opened = self._open.is_set()
             event_set = self._events.ready(len(self._handles), self.inits) if opened else None
             if event_set is not None:
                 event = self._events.wait(event_set, timeout_ms)
@@ -247,7 +246,7 @@ class Session:
         if opened:
             time.sleep(timeout_ms / 1000.0)   # no events on these cards
         else:
-            self._opened.wait(timeout_ms / 1000.0)   # a session that starts meanwhile is waited on at once
+            self._open.wait(timeout_ms / 1000.0)   # a session that starts meanwhile is waited on at once
         return None
 
     # ------------------------------------------------------------ internal
@@ -269,8 +268,7 @@ class Session:
             pynvml.nvmlInit()
         except pynvml.NVMLError as error:
             return unavailable(init_failure_reason(error))
-        self._open = True
-        self._opened.set()
+        self._open.set()
         self.inits += 1
         self.static_reads += 1
         self._static_at = self._checked_at = self.clock()
