@@ -51,18 +51,18 @@ SETTLED_KEYS = ("remappedRows", "retiredPagesPending")
 
 
 def settled_health(card):
-    """The readings a Session may reuse while they read clear, or None.
+    """The readings a Session may reuse while they read clear, or None, for a card with no health reason.
 
     They are the GPU recovery action, the uncorrectable ECC count, the remapped rows and the pages
     pending retirement. The driver changes them only with an XID: an uncorrectable ECC error is XID 48,
     94 or 95; a row remapping or page retirement is XID 63 or 64; a recovery action follows a critical
-    XID. The caller checks that the card has no health reason.
+    XID. On a card with no health reason, read_health found no uncorrectable error, no pending or
+    failed remapping and no page pending retirement; only a recovery action that could not be read
+    leaves no reason, and keeps them from being reused.
     """
-    rows = card.get("remappedRows")
-    ecc = card.get("eccErrors") or {}
-    if card.get("recoveryAction") != 0 or card.get("retiredPagesPending") or ecc.get("uncorrectedVolatile") or (
-            rows and (rows["pending"] or rows["failed"])):
+    if card.get("recoveryAction") != 0:
         return None
+    ecc = card.get("eccErrors") or {}
     kept = {key: card[key] for key in SETTLED_KEYS if key in card}
     if "uncorrectedVolatile" in ecc:
         kept["eccErrors"] = {"uncorrectedVolatile": ecc["uncorrectedVolatile"]}
