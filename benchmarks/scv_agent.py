@@ -277,7 +277,7 @@ def main():
             ", ".join("%s %.3f %%" % item for item in sorted(shares.items())), result["cpu"] - sum(shares.values())))
         print("  scrapes: %d (every %g s); costly counters read %d times"
               % (result["scrapes"], args.scrape_interval, result["counter_reads"]))
-        print("  NVML: %.3f ms per GPU per tick over %d ticks (target <= 1 ms); NVML initialised %d time(s), "
+        print("  NVML: %.3f ms per GPU per tick over %d ticks (target <= 0.5 ms); NVML initialised %d time(s), "
               "static readings read %d time(s)"
               % (result["nvml_ms_per_gpu_tick"], result["ticks"], result["inits"], result["static_reads"]))
         print("  API requests: %d in %.0f s = %.2f per minute; SCV: 60 per minute (1 GET/s)"
