@@ -203,7 +203,7 @@ def test_nvml_stays_initialised_and_starts_anew_after_a_driver_change(agent):
         scenario["devices"][0]["maxClocks"]["memory"] = 5000   # a static reading: read again only in a new session
     change_scenario(agent, upgrade)
     took = agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["clock"] == 5000, 10)
-    # one interval, plus the event waiter's current wait (up to 5 s: NVML is not shut down under it),
+    # one interval, plus the event waiter's current wait (up to XID_WAIT_MS: NVML is not shut down under it),
     # plus kubectl's own start-up
     assert took < 1.0 + XID_WAIT_MS / 1000.0 + 0.5, took
     assert agent.metrics()["scv_agent_nvml_inits_total"] == 2
