@@ -108,9 +108,10 @@ def thread_cpu(pid):
 def thread_shares(before, after, elapsed):
     """% of a core per thread that lived through the window; what ended threads used is the rest."""
     shares = {}
+    main_tid = min(after, key=int)   # the process's first thread has the lowest id
     for tid, (name, seconds) in after.items():
         if tid in before:
-            label = "main" if tid == min(after, key=int) else name
+            label = "main" if tid == main_tid else name
             shares[label] = shares.get(label, 0.0) + (seconds - before[tid][1]) / elapsed * 100
     return shares
 
