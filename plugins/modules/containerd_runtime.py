@@ -28,11 +28,9 @@ requirements:
   - Python 3.11 or newer on the managed host (tomllib)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - ansible.builtin.backup
+  - scv.gpu.runtime_config_file
 options:
   path:
-    description: containerd's configuration file.
-    type: path
     default: /etc/containerd/config.toml
   runtime_path:
     description: The NVIDIA container runtime's executable (C(BinaryName)).
@@ -55,17 +53,6 @@ options:
     description: The containerd executable, used for C(config default) when the file is missing or empty.
     type: path
     default: containerd
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
-notes:
-  - containerd reads its configuration when it starts; restart it (the scv.gpu.container_toolkit role's
-    handler does, only when the file changed).
 seealso:
   - module: scv.gpu.docker_daemon_config
 """
@@ -88,6 +75,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - scv.gpu.runtime_config_file
 path:
   description: The file edited.
   returned: always
@@ -106,9 +95,6 @@ settings:
   sample: [{"table": 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia', "key": "runtime_type",
             "value": "io.containerd.runc.v2"}]
 backup_file:
-  description: The copy of the previous file.
-  returned: when O(backup=true) and the file changed
-  type: str
   sample: /etc/containerd/config.toml.1234.2026-11-22@05:00:00~
 """
 

@@ -27,8 +27,6 @@ description:
     asks for, and C(1.0) is not C(1).
   - When O(path) is a symbolic link, the file it points at is merged into and written (atomically,
     keeping the link); the link itself stays as it is.
-  - The file is written atomically (a temporary file renamed over it), keeping its owner and mode,
-    only when its content changes.
   - Before writing, the module reads the dockerd command line from the systemd unit and its
     drop-ins (expanding variables such as C($DOCKER_OPTS) from C(EnvironmentFile)). A setting that
     would end up both in daemon.json and as a dockerd flag stops Docker from starting, so the module
@@ -44,12 +42,10 @@ author:
   - scv.gpu contributors (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - ansible.builtin.backup
+  - scv.gpu.runtime_config_file
   - ansible.builtin.files
 options:
   path:
-    description: The daemon.json to merge into.
-    type: path
     default: /etc/docker/daemon.json
   runtime_path:
     description: The NVIDIA container runtime's executable, written to C(runtimes.nvidia.path).
@@ -101,17 +97,7 @@ options:
     type: list
     elements: path
     default: [/etc/systemd/system, /run/systemd/system, /usr/local/lib/systemd/system, /usr/lib/systemd/system, /lib/systemd/system]
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 notes:
-  - Docker reads daemon.json only when it starts; restart it (the scv.gpu.container_toolkit role's handler
-    does, only when the file changed).
   - The file keeps its indentation and key order; new keys are appended.
 seealso:
   - name: Docker daemon configuration file
@@ -148,6 +134,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - scv.gpu.runtime_config_file
 path:
   description: The file merged into, as given.
   returned: always
@@ -169,9 +157,6 @@ validation:
   type: str
   sample: accepted by dockerd --validate
 backup_file:
-  description: The copy of the previous file.
-  returned: when O(backup=true) and the file changed
-  type: str
   sample: /etc/docker/daemon.json.12345.2026-11-22@04:00:00~
 """
 
@@ -180,54 +165,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.scv.gpu.plugins.module_utils.host.daemon_json import (
-    DaemonJsonError,
-    canonical,
-    conflicts,
-    dockerd_flags,
-    merge,
-    parse,
-    render,
-    validation_verdict,
-)
-from ansible_collections.scv.gpu.plugins.module_utils.host.files import apply_text, read_text
-from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import UNIT_DIRS, unit_files
-
-VALIDATE_TIMEOUT_S = 60
-
-
-def dockerd_verdict(module, text):
-    """(accepted, detail) of ``dockerd --validate`` on ``text``: accepted is None when it cannot tell."""
-    name = module.params["dockerd"]
-    dockerd = name if "/" in name else module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/usr/local/bin"])
-    if not dockerd or not os.access(dockerd, os.X_OK):
-        return None, "no dockerd found (%s)" % name
-    candidate = os.path.join(module.tmpdir, "daemon.json")
-    with open(candidate, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    command = [dockerd, "--validate", "--config-file", candidate]
-    timeout = module.get_bin_path("timeout")
-    rc, out, err = module.run_command(([timeout, str(VALIDATE_TIMEOUT_S)] if timeout else []) + command)
-    accepted, detail = validation_verdict(rc, out + err)
-    return accepted, detail if accepted is not False else "%s --validate refuses it: %s" % (dockerd, detail)
-
-
-def check_with_dockerd(module, path, previous, text):
-    """What ``validation`` returns; raises DaemonJsonError when dockerd refuses ``text`` or cannot check it
-    and O(validate=always)."""
-    accepted, detail = dockerd_verdict(module, text)
-    if accepted:
-        return "accepted by %s --validate" % (module.params["dockerd"])
-    if accepted is None:
-        if module.params["validate"] == "always":
-            raise DaemonJsonError("validate is always, but the new %s cannot be checked: %s; nothing was written"
-                                  % (path, detail))
-        return "not checked: %s" % detail
-    if previous and previous.strip() and dockerd_verdict(module, previous)[0] is False:
-        raise DaemonJsonError("%s is refused by Docker already, before the merge: %s. Fix the file (Docker does not "
-                              "start with it either); nothing was written" % (path, detail))
-    raise DaemonJsonError("the merged %s would be refused by Docker: %s. Check the settings option; nothing was "
-                          "written" % (path, detail))
+from ansible_collections.scv.gpu.plugins.module_utils.host.daemon_json import DaemonJsonError
+from ansible_collections.scv.gpu.plugins.module_utils.host.docker_daemon import merged_daemon_json
+from ansible_collections.scv.gpu.plugins.module_utils.host.files import apply_text
+from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import UNIT_DIRS
 
 
 def main():
@@ -248,44 +189,18 @@ def main():
         add_file_common_args=True,
         supports_check_mode=True,
     )
-    params = module.params
-    path = params["path"]
-    # A symlinked daemon.json (configuration kept elsewhere) is written through: the target changes,
-    # the link stays. Writing over the link would leave its target stale and unlinked.
-    target = os.path.realpath(path) if os.path.islink(path) else path
+    path = module.params["path"]
     try:
-        if target != path and not os.path.isdir(os.path.dirname(target)):
-            raise DaemonJsonError("%s is a symbolic link to %s, whose folder does not exist; fix the link or remove "
-                                  "it, nothing was written" % (path, target))
-        try:
-            previous = read_text(target)
-        except UnicodeDecodeError as error:
-            raise DaemonJsonError("%s is not UTF-8 text (byte %d); fix it, the file was left untouched"
-                                  % (path, error.start)) from error
-        document = parse(previous or "", path if target == path else "%s (-> %s)" % (path, target))
-        merged = merge(document, params["runtime_path"], params["runtime_args"], params["default_runtime"],
-                       params["settings"])
-        if params["check_unit_flags"]:
-            files = unit_files(params["unit"], params["unit_search_paths"])
-            clashes = conflicts(merged, dockerd_flags(files))
-            if clashes:
-                raise DaemonJsonError(
-                    "%s would set %s, which dockerd also gets as a flag (%s); Docker refuses to start with a "
-                    "setting in both places. Remove the flag from the unit (a drop-in with an empty ExecStart= "
-                    "and a new one) or leave the setting out of daemon.json; nothing was written"
-                    % (path, ", ".join(key for key, _flag in clashes), "; ".join(flag for _key, flag in clashes)))
-        changed = previous is None or canonical(merged) != canonical(document)
-        text = render(merged, previous or "") if changed else previous
-        validation = "not checked: unchanged" if not changed else \
-            "not checked: validate is never" if params["validate"] == "never" else \
-            check_with_dockerd(module, path, previous, text)
+        update = merged_daemon_json(module)
     except DaemonJsonError as error:
         module.fail_json(msg=str(error), path=path)
     except OSError as error:
         module.fail_json(msg="cannot read or check %s: %s" % (path, to_native(error)), path=path)
-    result = dict(changed=changed, path=path, written_path=target, config=merged, validation=validation)
-    apply_text(module, target, previous, text, result, params["backup"])
-    file_args = module.load_file_common_arguments(params, path=target)
+    target = update["target"]
+    result = dict(changed=update["changed"], path=path, written_path=target, config=update["config"],
+                  validation=update["validation"])
+    apply_text(module, target, update["previous"], update["text"], result, module.params["backup"])
+    file_args = module.load_file_common_arguments(module.params, path=target)
     if not module.check_mode or os.path.exists(target):
         result["changed"] = module.set_fs_attributes_if_different(file_args, result["changed"])
     module.exit_json(**result)

@@ -118,91 +118,14 @@ reboot_required:
   sample: false
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.scv.gpu.plugins.module_utils.common.mig_layout import (
-    LayoutError,
-    assign,
-    counts,
-    from_config,
-    normalise,
-    place,
-)
+from ansible_collections.scv.gpu.plugins.module_utils.common.mig_layout import LayoutError
+from ansible_collections.scv.gpu.plugins.module_utils.host.mig_config import layout_entries
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import HAS_PYNVML, PYNVML_IMPORT_ERROR, pynvml
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import SUCCESS, MigError, MigGpu
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import MigError, MigGpu, lay_out
 
-try:
-    import yaml
-except ImportError:
-    yaml = None
-
-
-def entries_from(module):
-    params = module.params
-    if params["layout"] is not None:
-        return normalise(params["layout"])
-    if params["config_file"]:
-        try:
-            with open(params["config_file"], encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as error:
-            raise LayoutError("config_file %s cannot be read: %s" % (params["config_file"], error.strerror))
-        try:
-            config = yaml.safe_load(text) if yaml else json.loads(text)
-        except ValueError as error:
-            raise LayoutError("config_file %s is not valid YAML: %s" % (params["config_file"], error))
-        return from_config(config, params["config_name"], params["config_file"])
-    return from_config(params["config"], params["config_name"], "config")
-
-
-def state_of(mode, table, instances):
-    return {"mig-enabled": bool(mode and mode[0]),
-            "mig-devices": counts(instance["profile"] for instance in instances) if table else {}}
-
-
-def plan_for(gpu, wanted, table):
-    """Where ``wanted`` ({profile: count}) goes on ``gpu`` whose driver offers ``table``; LayoutError
-    naming the GPU when a profile is unknown or they do not fit."""
-    try:
-        plan = place(wanted, table)
-    except LayoutError as error:
-        raise LayoutError("GPU %d (%s): %s" % (gpu.index, gpu.name, error))
-    if plan is None:
-        raise LayoutError("GPU %d (%s): %s do not fit on one GPU" % (
-            gpu.index, gpu.name, ", ".join("%d x %s" % (n, p) for p, n in wanted.items())))
-    return plan
-
-
-def survey(gpu, entry):
-    """What this GPU is and what it should become, checked: raises LayoutError where it cannot."""
-    mode = gpu.mode()
-    if mode is None and entry["mig-enabled"]:
-        raise LayoutError("GPU %d (%s) cannot do MIG" % (gpu.index, gpu.name))
-    table = gpu.profiles() if mode and mode[0] else {}
-    instances = gpu.instances(table) if table else []
-    plan = plan_for(gpu, entry["mig-devices"], table) if table and entry["mig-enabled"] else None
-    before = state_of(mode, table, instances)
-    after = {"mig-enabled": entry["mig-enabled"], "mig-devices": dict(sorted(entry["mig-devices"].items()))}
-    return {"gpu": gpu, "mode": mode, "table": table, "instances": instances, "plan": plan,
-            "before": before, "after": after, "changed": before != after or (mode and mode[0] != mode[1])}
-
-
-def apply(work):
-    """Changes one GPU; whether a MIG mode change is left pending for a reset."""
-    gpu, entry_after = work["gpu"], work["after"]
-    if work["instances"]:
-        gpu.destroy(work["instances"])
-    mode = work["mode"]
-    if mode is not None and (mode[0] != entry_after["mig-enabled"] or mode[1] != entry_after["mig-enabled"]):
-        if gpu.set_mode(entry_after["mig-enabled"]) != SUCCESS or gpu.mode()[0] != entry_after["mig-enabled"]:
-            return True
-    if entry_after["mig-enabled"] and entry_after["mig-devices"]:
-        # planned in survey() when MIG mode was on; the driver lists its profiles only once it is
-        table = work["table"] or gpu.profiles()
-        gpu.create(table, work["plan"] or plan_for(gpu, entry_after["mig-devices"], table))
-    return False
+LAYOUT_OPTIONS = ("layout", "config", "config_file", "config_name")
 
 
 def main():
@@ -221,7 +144,7 @@ def main():
     if not HAS_PYNVML:
         module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
     try:
-        entries = entries_from(module)
+        entries = layout_entries(**{key: module.params[key] for key in LAYOUT_OPTIONS})
     except LayoutError as error:
         module.fail_json(msg=str(error))
     try:
@@ -229,43 +152,21 @@ def main():
     except pynvml.NVMLError as error:
         module.fail_json(msg="NVML cannot be initialised, so no MIG layout can be read or applied: %s" % error)
     try:
-        gpus = [MigGpu(index) for index in range(pynvml.nvmlDeviceGetCount())]
-        chosen = assign(entries, [{"index": gpu.index, "deviceId": gpu.device_id} for gpu in gpus])
-        work = [survey(gpus[index], entry) for index, entry in sorted(chosen.items())]
-        busy = ["GPU %d (%s): PIDs %s" % (item["gpu"].index, item["gpu"].name, ", ".join(map(str, pids)))
-                for item in work if item["changed"] for pids in [item["gpu"].processes()] if pids]
-        if busy:
-            module.fail_json(msg="The MIG layout was not applied: processes use %s. Stop them (drain the node) "
-                                 "and run again; nothing was changed." % "; ".join(busy))
-        pending = {}
-        if not module.check_mode:
-            for item in work:
-                if item["changed"]:
-                    pending[item["gpu"].index] = apply(item)
+        gpus = lay_out(entries, [MigGpu(index) for index in range(pynvml.nvmlDeviceGetCount())], module.check_mode)
     except (LayoutError, MigError) as error:
         module.fail_json(msg=str(error))
     finally:
         pynvml.nvmlShutdown()
-    report(module, work, pending)
-
-
-def report(module, work, pending):
-    gpus = []
-    for item in work:
-        gpu = item["gpu"]
-        gpus.append({"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "before": item["before"],
-                     "after": item["after"], "changed": bool(item["changed"]),
-                     "pending": bool(pending.get(gpu.index))})
-    waiting = [entry for entry in gpus if entry["pending"]]
-    result = dict(changed=any(entry["changed"] for entry in gpus), gpus=gpus, reboot_required=bool(waiting))
+    waiting = [gpu for gpu in gpus if gpu["pending"]]
+    result = dict(changed=any(gpu["changed"] for gpu in gpus), gpus=gpus, reboot_required=bool(waiting))
     if waiting:
         module.warn("MIG mode of GPU %s waits for a reset: the driver could not reset the GPU (a reboot is "
                     "needed, or something holds it, such as nvidia-persistenced or a monitoring agent). Its "
                     "MIG devices were not created: reboot, or stop what holds it, and run again."
-                    % ", ".join(str(entry["index"]) for entry in waiting))
+                    % ", ".join(str(gpu["index"]) for gpu in waiting))
     if module._diff:
-        result["diff"] = {"before": {"gpu%d" % e["index"]: e["before"] for e in gpus},
-                          "after": {"gpu%d" % e["index"]: e["after"] for e in gpus}}
+        result["diff"] = {"before": {"gpu%d" % gpu["index"]: gpu["before"] for gpu in gpus},
+                          "after": {"gpu%d" % gpu["index"]: gpu["after"] for gpu in gpus}}
     module.exit_json(**result)
 
 

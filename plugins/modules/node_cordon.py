@@ -24,14 +24,9 @@ author:
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - scv.gpu.k8s
+  - scv.gpu.node_name
   - ansible.builtin.action_common_attributes
 options:
-  name:
-    description:
-      - The Kubernetes node's name, a DNS subdomain (lower case, at most 253 characters), checked before any request
-        is made.
-    type: str
-    required: true
   state:
     description:
       - V(cordoned) cordons the node and marks the cordon as O(owner)'s.

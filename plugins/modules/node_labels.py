@@ -38,19 +38,14 @@ description:
     always one of its answers, and always the same one.
   - One GET per run, and one merge PATCH only when a label differs; the PATCH carries the
     node's resourceVersion, so a concurrent change is retried rather than overwritten.
-author:
-  - scv.gpu contributors (!UNKNOWN)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - scv.gpu.k8s
+  - scv.gpu.node_name
   - ansible.builtin.action_common_attributes
+author:
+  - scv.gpu contributors (!UNKNOWN)
 options:
-  name:
-    description:
-      - The Kubernetes node's name, a DNS subdomain (lower case, at most 253 characters), checked before any request
-        is made.
-    type: str
-    required: true
   gpu_facts:
     description: The C(nvidia_gpu) fact that M(scv.gpu.gpu_facts) returned for the node.
     type: dict

@@ -170,86 +170,18 @@ nvml_missing:
   sample: []
 """
 
-import glob
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import upstream_version
-from ansible_collections.scv.gpu.plugins.module_utils.host.bootloader import next_boot
-from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import module_entry, module_files, preflight
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
+from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import (
+    installed_version,
+    loaded_version,
+    next_kernel,
+    nouveau_loaded,
+    secure_boot,
+)
 from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, pci_facts
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-def _installed_version(module, package):
-    dpkg, rpm = module.get_bin_path("dpkg-query"), module.get_bin_path("rpm")
-    if dpkg:
-        command = [dpkg, "-W", "-f=${db:Status-Abbrev} ${Version}", package]
-    elif rpm:
-        command = [rpm, "-q", "--qf", "ii %{VERSION}-%{RELEASE}", package]
-    else:
-        module.fail_json(msg="neither dpkg-query nor rpm is on this host: cannot read the version of %s" % package)
-    rc, out, _err = module.run_command(command)
-    # The abbreviated status is the wanted state (i install, h hold, ...) then the current one.
-    status, _sep, version = out.strip().partition(" ")
-    if rc != 0 or status[1:2] != "i" or not version.strip():
-        return None
-    return version.strip()
-
-
-def _secure_boot(module, sysfs):
-    mokutil = module.get_bin_path("mokutil")
-    if mokutil:
-        rc, out, err = module.run_command([mokutil, "--sb-state"])
-        text = (out + err).lower()
-        if "secureboot enabled" in text:
-            return True, "mokutil"
-        if "secureboot disabled" in text or "not supported" in text:
-            return False, "mokutil"
-    variables = glob.glob(os.path.join(sysfs, "firmware", "efi", "efivars", "SecureBoot-*"))
-    if variables:
-        try:
-            with open(variables[0], "rb") as handle:
-                data = handle.read()
-        except OSError:
-            data = b""
-        # 4 bytes of attributes, then the value.
-        return len(data) >= 5 and data[4] == 1, "efivars"
-    if os.path.isdir(os.path.join(sysfs, "firmware", "efi")):
-        return False, "efivars"
-    return False, "no EFI"
-
-
-def _next_kernel(module, installed_version):
-    root = module.params["root"]
-    grubby = module.get_bin_path("grubby")
-    grubby_default = None
-    if grubby and root == "/" and not module.params["next_kernel_release"]:
-        rc, out, _err = module.run_command([grubby, "--default-kernel"])
-        grubby_default = out.strip() if rc == 0 else None
-    if module.params["next_kernel_release"]:
-        release, how = module.params["next_kernel_release"], "nvidia_driver_next_kernel"
-    else:
-        release, how = next_boot(root, grubby_default, os.path.join(module.params["sysfs"], "firmware", "efi", "efivars"))
-    zstd = module.get_bin_path("zstd")
-
-    def read_compressed(path):
-        if not zstd:
-            return None
-        rc, out, _err = module.run_command([zstd, "-dc", path], binary_data=True, encoding=None)
-        return out if rc == 0 else None
-
-    modules = [module_entry(path, release, read_compressed) for path in (module_files(release, root) if release else [])]
-    return preflight(release, how, modules, installed_version, os.uname().release)
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
 
 
 def main():
@@ -264,25 +196,27 @@ def main():
         ),
         supports_check_mode=True,
     )
-    sysfs = module.params["sysfs"]
-    package_version = _installed_version(module, module.params["package"]) if module.params["package"] else None
-    secure_boot, source = _secure_boot(module, sysfs)
+    params = module.params
+    sysfs = params["sysfs"]
+    package_version = installed_version(module, params["package"]) if params["package"] else None
+    enabled, source = secure_boot(module, sysfs)
     result = dict(
         changed=False,
-        loaded_version=_read(os.path.join(sysfs, "module", "nvidia", "version")),
-        nouveau_loaded=os.path.isdir(os.path.join(sysfs, "module", "nouveau")),
+        loaded_version=loaded_version(sysfs),
+        nouveau_loaded=nouveau_loaded(sysfs),
         installed_package_version=package_version,
         installed_version=upstream_version(package_version),
-        secure_boot=secure_boot,
+        secure_boot=enabled,
         secure_boot_source=source,
     )
     pci, warnings = pci_facts(sysfs)
     result.update(pci)
     for warning in warnings:
         module.warn(warning)
-    if module.params["next_kernel"]:
-        result["next_kernel"] = _next_kernel(module, result["installed_version"])
-    if module.params["nvml"]:
+    if params["next_kernel"]:
+        result["next_kernel"] = next_kernel(module, params["root"], sysfs, params["next_kernel_release"],
+                                            result["installed_version"])
+    if params["nvml"]:
         result["nvml"] = probe_library()
         result["nvml_missing"] = missing_from_nvml(result["pci_gpus"], result["nvml"]["bus_ids"])
     module.exit_json(**result)

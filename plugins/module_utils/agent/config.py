@@ -51,6 +51,8 @@ def _bounded(kind, minimum, maximum):
         if not minimum <= value <= maximum:
             raise ValueError("expected a number from %s to %s" % (minimum, maximum))
         return value
+    # read by tools/scv_agent_role.py, which writes the scv_agent role's limits from these
+    convert.kind, convert.minimum, convert.maximum = kind, minimum, maximum
     return convert
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
-from ansible_collections.scv.gpu.plugins.module_utils.agent.health import NodeCondition, NodeTaint
+from ansible_collections.scv.gpu.plugins.module_utils.agent.node_health import NodeCondition, NodeTaint
 from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Readings
 from ansible_collections.scv.gpu.plugins.module_utils.agent.wakeup import Wakeup
 from ansible_collections.scv.gpu.plugins.module_utils.agent.watch import MAX_BACKOFF_S, ScvState, ScvWatch
@@ -245,7 +245,7 @@ class Agent:
         return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values,
                 "served": self.dcgm_series, "pods": pods}
 
-    def health(self, now=None):
+    def healthz(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""
         now = time.monotonic() if now is None else now
         grace = max(2 * MAX_BACKOFF_S, 3 * self.interval_s())   # twice the longest backoff

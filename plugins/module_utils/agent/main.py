@@ -22,7 +22,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
-from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import NODE
+from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import NODE
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
 

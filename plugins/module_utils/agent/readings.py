@@ -8,7 +8,7 @@ A tick reads what the Scv and the health check need: memory, the health counters
 action. The series that only Prometheus reads are read when it asks for them, in the scrape's own
 thread: the telemetry (temperature, utilization, power, clocks, codecs, memory temperature) at each
 scrape, fresh, and the costly counters (energy, GPM, ...) at most once per counters interval as
-well (``nvml.counters.SlowReadings``). Between scrapes the last telemetry is kept on the cards, so
+well (``nvml.slow_readings.SlowReadings``). Between scrapes the last telemetry is kept on the cards, so
 the metrics always show every series. One lock keeps the two threads' NVML reads apart.
 """
 

@@ -69,7 +69,7 @@ def serve(agent, host, port):
                 agent.readings.scrape()
                 self._answer(200, exposition(agent.snapshot), "text/plain; version=0.0.4; charset=utf-8")
             elif path == "/healthz":
-                healthy, detail = agent.health()
+                healthy, detail = agent.healthz()
                 body = json.dumps({"status": "ok" if healthy else "failing", "detail": detail}).encode()
                 self._answer(200 if healthy else 503, body, "application/json")
             else:

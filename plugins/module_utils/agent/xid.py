@@ -14,7 +14,7 @@ The default is NVIDIA's device plugin's (``internal/rm/health.go`` of NVIDIA/k8s
 every critical XID makes the card Unhealthy except the application errors in
 :data:`APPLICATION_XIDS`. An XID the table below does not name calls for a reset. Sites change
 actions per XID (``parse_actions``). :class:`XidPolicy` applies the table to the XIDs an NVML
-session logged (``nvml.events.XidLog``).
+session logged (``nvml.xid_events.XidLog``).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import (
     retry_on_conflict,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.kube.kubeconfig import load_kubeconfig, not_after, select_context
-from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER, NODE
+from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import FIELD_MANAGER, NODE
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 

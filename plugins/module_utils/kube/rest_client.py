@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, checked_name
-from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER, NODE
+from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import FIELD_MANAGER, NODE
 from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import DEFAULT_BURST, DEFAULT_QPS, NO_DEFAULT, RestTransport
 
 

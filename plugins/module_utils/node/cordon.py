@@ -14,7 +14,7 @@ cordon, even though our mark is still there; it stays, and our stale mark is rem
 
 from __future__ import annotations
 
-from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import FIELD_MANAGER
+from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import FIELD_MANAGER
 
 ANNOTATION = "scv.gpu/cordoned-by"
 

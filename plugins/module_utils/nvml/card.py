@@ -38,7 +38,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     text_call,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import read_codecs, read_counters, read_virtualization
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.health import read_health
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.health_readings import read_health
 
 
 class _CardReader:

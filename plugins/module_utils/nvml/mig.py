@@ -6,13 +6,15 @@
 
 Reads the MIG mode, the GPU instance profiles the driver offers with their placements, the
 GPU and compute instances there are, and the processes that hold the GPU; enables or disables
-MIG mode, destroys instances and creates them where a plan put them. NVML must be initialised.
+MIG mode, destroys instances and creates them where a plan put them. ``lay_out`` applies a
+layout's entries (``common.mig_layout``) to the GPUs they name. NVML must be initialised.
 """
 
 from __future__ import annotations
 
 import ctypes
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.mig_layout import LayoutError, assign, counts, place
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     ABSENT,
     as_text,
@@ -168,3 +170,76 @@ class MigGpu:
             if info is not None and info.sliceCount == slices:
                 return info.id
         raise MigError("GPU %d: the driver offers no compute instance spanning a %s GPU instance" % (self.index, name))
+
+
+def state_of(mode, table, instances):
+    """A GPU's MIG state as a layout entry gives it: ``mig-enabled`` and ``mig-devices`` counted per profile."""
+    return {"mig-enabled": bool(mode and mode[0]),
+            "mig-devices": counts(instance["profile"] for instance in instances) if table else {}}
+
+
+def plan_for(gpu, wanted, table):
+    """Where ``wanted`` ({profile: count}) goes on ``gpu`` whose driver offers ``table``; LayoutError
+    naming the GPU when a profile is unknown or they do not fit."""
+    try:
+        plan = place(wanted, table)
+    except LayoutError as error:
+        raise LayoutError("GPU %d (%s): %s" % (gpu.index, gpu.name, error))
+    if plan is None:
+        raise LayoutError("GPU %d (%s): %s do not fit on one GPU" % (
+            gpu.index, gpu.name, ", ".join("%d x %s" % (n, p) for p, n in wanted.items())))
+    return plan
+
+
+def survey(gpu, entry):
+    """What this GPU is and what it should become, checked: raises LayoutError where it cannot."""
+    mode = gpu.mode()
+    if mode is None and entry["mig-enabled"]:
+        raise LayoutError("GPU %d (%s) cannot do MIG" % (gpu.index, gpu.name))
+    table = gpu.profiles() if mode and mode[0] else {}
+    instances = gpu.instances(table) if table else []
+    plan = plan_for(gpu, entry["mig-devices"], table) if table and entry["mig-enabled"] else None
+    before = state_of(mode, table, instances)
+    after = {"mig-enabled": entry["mig-enabled"], "mig-devices": dict(sorted(entry["mig-devices"].items()))}
+    return {"gpu": gpu, "mode": mode, "table": table, "instances": instances, "plan": plan,
+            "before": before, "after": after, "changed": before != after or (mode and mode[0] != mode[1])}
+
+
+def apply(work):
+    """Changes one GPU; whether a MIG mode change is left pending for a reset."""
+    gpu, entry_after = work["gpu"], work["after"]
+    if work["instances"]:
+        gpu.destroy(work["instances"])
+    mode = work["mode"]
+    if mode is not None and (mode[0] != entry_after["mig-enabled"] or mode[1] != entry_after["mig-enabled"]):
+        if gpu.set_mode(entry_after["mig-enabled"]) != SUCCESS or gpu.mode()[0] != entry_after["mig-enabled"]:
+            return True
+    if entry_after["mig-enabled"] and entry_after["mig-devices"]:
+        # planned in survey() when MIG mode was on; the driver lists its profiles only once it is
+        table = work["table"] or gpu.profiles()
+        gpu.create(table, work["plan"] or plan_for(gpu, entry_after["mig-devices"], table))
+    return False
+
+
+def lay_out(entries, gpus, check_mode=False):
+    """Applies checked layout ``entries`` to ``gpus`` (MigGpu, by index); a report per GPU named, each with
+    ``index``, ``uuid``, ``name``, ``before``, ``after``, ``changed`` and ``pending`` (a MIG mode change that
+    waits for a reset).
+
+    Every GPU is surveyed before any changes; a GPU that would change while processes use it raises MigError
+    naming their PIDs, and nothing changes. In check mode nothing changes either.
+    """
+    chosen = assign(entries, [{"index": gpu.index, "deviceId": gpu.device_id} for gpu in gpus])
+    work = [survey(gpus[index], entry) for index, entry in sorted(chosen.items())]
+    busy = ["GPU %d (%s): PIDs %s" % (item["gpu"].index, item["gpu"].name, ", ".join(map(str, pids)))
+            for item in work if item["changed"] for pids in [item["gpu"].processes()] if pids]
+    if busy:
+        raise MigError("The MIG layout was not applied: processes use %s. Stop them (drain the node) and run "
+                       "again; nothing was changed." % "; ".join(busy))
+    report = []
+    for item in work:
+        gpu = item["gpu"]
+        pending = bool(item["changed"]) and not check_mode and apply(item)
+        report.append({"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "before": item["before"],
+                       "after": item["after"], "changed": bool(item["changed"]), "pending": bool(pending)})
+    return report

@@ -31,9 +31,9 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
 )
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.card import Static, read_card
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import init_failure_reason, system_facts, unavailable
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.events import XidEvents, XidLog
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.health import settled_health
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.counters import DEFAULT_INTERVAL_S, SlowReadings
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.xid_events import XidEvents, XidLog
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.health_readings import settled_health
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.slow_readings import DEFAULT_INTERVAL_S, SlowReadings
 
 
 # Subsets with no static readings: a read with or without them shares the card's static entry.

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.scv.gpu.plugins.module_utils.kube.resource import ApiResource
+from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import ApiResource
 
 API_VERSION = "core.run-linux.com/v1"
 KIND = "Scv"

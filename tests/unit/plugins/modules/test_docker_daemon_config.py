@@ -7,9 +7,9 @@ import os
 import stat
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.scv.gpu.plugins.modules import docker_daemon_config
+from harness.in_process import run_module
 
 SEED = {
     "exec-opts": ["native.cgroupdriver=systemd"],
@@ -32,12 +32,6 @@ def paths(tmp_path):
     return tmp_path / "docker" / "daemon.json", units
 
 
-def run(capsys, args):
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        docker_daemon_config.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
-
-
 def args_for(paths, **extra):
     path, units = paths
     return dict(path=str(path), unit_search_paths=[str(units)], **extra)
@@ -50,7 +44,7 @@ def snapshot(path):
 
 def test_missing_file_is_created(capsys, paths):
     path, _units = paths
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is True
     assert json.loads(path.read_text()) == {"runtimes": {"nvidia": NVIDIA}, "default-runtime": "nvidia"}
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~current_umask()
@@ -66,7 +60,7 @@ def test_seed_settings_and_foreign_keys_are_kept_and_rerun_changes_nothing(capsy
     path, _units = paths
     path.parent.mkdir()
     path.write_text(json.dumps(SEED, indent=2))
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is True
     on_disk = json.loads(path.read_text())
     expected = json.loads(json.dumps(SEED))
@@ -75,7 +69,7 @@ def test_seed_settings_and_foreign_keys_are_kept_and_rerun_changes_nothing(capsy
     assert on_disk == expected
     assert path.read_text().startswith('{\n  "exec-opts"')     # indentation kept
     before = snapshot(path)
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is False
     assert snapshot(path) == before
 
@@ -90,7 +84,7 @@ def test_bad_file_is_refused_and_left_untouched(capsys, paths, text, message):
     path.parent.mkdir()
     path.write_text(text)
     before = snapshot(path)
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 1
     assert result["msg"].startswith(str(path))
     assert message in result["msg"]
@@ -104,7 +98,7 @@ def test_owner_and_mode_are_kept(capsys, paths):
     path.write_text("{}")
     os.chmod(path, 0o600)
     os.chown(path, 65534, 65534)
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is True
     info = path.stat()
     assert (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (0o600, 65534, 65534)
@@ -114,7 +108,7 @@ def test_backup_keeps_the_previous_file(capsys, paths):
     path, _units = paths
     path.parent.mkdir()
     path.write_text('{"debug": true}\n')
-    code, result = run(capsys, args_for(paths, backup=True))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, backup=True))
     assert code == 0 and result["changed"] is True
     with open(result["backup_file"], encoding="utf-8") as backup:
         assert backup.read() == '{"debug": true}\n'
@@ -125,7 +119,7 @@ def test_check_mode_and_diff_write_nothing(capsys, paths):
     path.parent.mkdir()
     path.write_text('{\n    "debug": true\n}\n')
     before = snapshot(path)
-    code, result = run(capsys, args_for(paths, _ansible_check_mode=True, _ansible_diff=True))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, _ansible_check_mode=True, _ansible_diff=True))
     assert code == 0 and result["changed"] is True
     assert snapshot(path) == before
     assert result["diff"]["before"] == '{\n    "debug": true\n}\n'
@@ -135,7 +129,7 @@ def test_check_mode_and_diff_write_nothing(capsys, paths):
 
 def test_check_mode_on_a_fresh_host(capsys, paths):
     path, _units = paths
-    code, result = run(capsys, args_for(paths, _ansible_check_mode=True))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, _ansible_check_mode=True))
     assert code == 0 and result["changed"] is True
     assert not path.exists()
 
@@ -147,13 +141,13 @@ def test_setting_also_given_as_dockerd_flag_fails_before_writing(capsys, paths):
     path.parent.mkdir()
     path.write_text('{"log-driver": "json-file"}')
     before = snapshot(path)
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 1
     assert result["msg"].startswith("%s would set default-runtime, log-driver, which dockerd also gets as a flag"
                                     % path)
     assert "%s: --default-runtime" % (units / "docker.service") in result["msg"]
     assert snapshot(path) == before
-    code, result = run(capsys, args_for(paths, check_unit_flags=False))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, check_unit_flags=False))
     assert code == 0 and result["changed"] is True
 
 
@@ -161,7 +155,7 @@ def test_extra_settings_merge(capsys, paths):
     path, _units = paths
     path.parent.mkdir()
     path.write_text('{"log-opts": {"max-file": "3"}, "default-runtime": "crun"}')
-    code, result = run(capsys, args_for(paths, default_runtime=False,
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, default_runtime=False,
                                         settings={"log-opts": {"max-size": "100m"}, "storage-driver": "overlay2"}))
     assert code == 0, result
     assert json.loads(path.read_text()) == {
@@ -181,7 +175,7 @@ def test_unholdable_numbers_and_deep_nesting_are_refused_and_left_untouched(caps
     path.parent.mkdir()
     path.write_text(text)
     before = snapshot(path)
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 1 and message in result["msg"] and str(path) in result["msg"]
     assert snapshot(path) == before
 
@@ -191,13 +185,13 @@ def test_a_json_true_replaces_a_one_and_the_rerun_is_clean(capsys, paths):
     path.parent.mkdir()
     path.write_text(json.dumps({"debug": 1, "live-restore": 1.0, "runtimes": {"nvidia": NVIDIA},
                                 "default-runtime": "nvidia"}))
-    code, result = run(capsys, args_for(paths, settings={"debug": True, "live-restore": 1}))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, settings={"debug": True, "live-restore": 1}))
     assert code == 0 and result["changed"] is True
     on_disk = json.loads(path.read_text())
     assert on_disk["debug"] is True
     assert isinstance(on_disk["live-restore"], int) and not isinstance(on_disk["live-restore"], bool)
     assert result["config"] == on_disk
-    code, result = run(capsys, args_for(paths, settings={"debug": True, "live-restore": 1}))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, settings={"debug": True, "live-restore": 1}))
     assert code == 0 and result["changed"] is False
 
 
@@ -205,11 +199,11 @@ def test_lone_surrogate_escapes_survive_two_runs(capsys, paths):
     path, _units = paths
     path.parent.mkdir()
     path.write_text('{"labels": ["tag=\\udc80", "x=\\ud800"]}')
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is True
     path.read_bytes().decode("utf-8")
     assert json.loads(path.read_text())["labels"] == ["tag=\udc80", "x=\ud800"]
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is False
 
 
@@ -220,14 +214,14 @@ def test_a_symlinked_daemon_json_is_written_through_and_stays_a_link(capsys, pat
     kept.write_text(json.dumps({"log-driver": "journald"}))
     path.parent.mkdir()
     path.symlink_to(kept)
-    code, result = run(capsys, args_for(paths, backup=True))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, backup=True))
     assert code == 0 and result["changed"] is True
     assert path.is_symlink() and os.readlink(path) == str(kept)
     assert result["written_path"] == str(kept)
     assert json.loads(kept.read_text())["log-driver"] == "journald"
     assert json.loads(kept.read_text())["default-runtime"] == "nvidia"
     assert result["backup_file"].startswith(str(kept))
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is False
 
 
@@ -235,7 +229,7 @@ def test_a_link_into_a_missing_folder_is_refused(capsys, paths, tmp_path):
     path, _units = paths
     path.parent.mkdir()
     path.symlink_to(tmp_path / "gone" / "daemon.json")
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 1 and "is a symbolic link to" in result["msg"] and "nothing was written" in result["msg"]
     assert path.is_symlink() and not (tmp_path / "gone").exists()
 
@@ -244,16 +238,16 @@ def test_a_runtime_added_by_flag_is_no_conflict(capsys, paths):
     path, units = paths
     (units / "docker.service").write_text(
         "[Service]\nExecStart=/usr/bin/dockerd -H fd:// --add-runtime crun=/usr/bin/crun\n")
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 0 and result["changed"] is True
     (units / "docker.service").write_text(
         "[Service]\nExecStart=/usr/bin/dockerd --add-runtime nvidia=/usr/bin/nvidia-container-runtime\n")
-    code, result = run(capsys, args_for(paths))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths))
     assert code == 1 and "runtimes.nvidia" in result["msg"]
 
 
 def test_a_setting_that_contradicts_default_runtime_fails(capsys, paths):
     path, _units = paths
-    code, result = run(capsys, args_for(paths, settings={"default-runtime": "runc"}))
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, settings={"default-runtime": "runc"}))
     assert code == 1 and "default_runtime is true" in result["msg"]
     assert not path.exists()

@@ -6,19 +6,12 @@ import json
 import pathlib
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.scv.gpu.plugins.modules import gpu_facts
 
-import scenario_expectations as expected
-from pci_sysfs import add_function as add_pci_function
-
-
-def run_module(capsys, args):
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        gpu_facts.main()
-    result = json.loads(capsys.readouterr().out)
-    return exit_info.value.code, result
+from harness import scenario_expectations as expected
+from harness.in_process import run_module
+from harness.pci_sysfs import add_function as add_pci_function
 
 
 TITAN_XP_PCI = [{"busId": "0000:01:00.0", "deviceId": "0x1b02", "class": "0x030000", "model": "TITAN Xp",
@@ -37,7 +30,7 @@ def titan_sysfs(tmp_path):
 
 def test_returns_facts_and_never_changes(nvml_simulator, capsys, titan_sysfs):
     nvml_simulator.use("titan_xp")
-    code, result = run_module(capsys, {"sysfs": titan_sysfs})
+    code, result = run_module(capsys, gpu_facts, {"sysfs": titan_sysfs})
     assert code == 0
     assert result["changed"] is False
     assert result["ansible_facts"]["nvidia_gpu"] == TITAN_XP_FACT
@@ -45,14 +38,14 @@ def test_returns_facts_and_never_changes(nvml_simulator, capsys, titan_sysfs):
 
 def test_check_mode_reports_the_same_facts(nvml_simulator, capsys, titan_sysfs):
     nvml_simulator.use("titan_xp")
-    code, result = run_module(capsys, {"_ansible_check_mode": True, "sysfs": titan_sysfs})
+    code, result = run_module(capsys, gpu_facts, {"_ansible_check_mode": True, "sysfs": titan_sysfs})
     assert code == 0 and result["changed"] is False
     assert result["ansible_facts"]["nvidia_gpu"] == TITAN_XP_FACT
 
 
 def test_a_host_without_a_driver_still_lists_its_gpus(nvml_simulator, capsys, titan_sysfs):
     nvml_simulator.use("driver_not_loaded")
-    code, result = run_module(capsys, {"sysfs": titan_sysfs})
+    code, result = run_module(capsys, gpu_facts, {"sysfs": titan_sysfs})
     fact = result["ansible_facts"]["nvidia_gpu"]
     assert code == 0 and fact["nvml_available"] is False and fact["cardList"] == []
     assert fact["pci_gpus"] == TITAN_XP_PCI
@@ -65,7 +58,7 @@ def test_virtual_functions_are_apart_and_an_unreadable_function_is_named_with_a_
     add_pci_function(tmp_path, "0000:01:00.4", 0x10DE, 0x1B02, 0x030000, "nvidia", physfn="0000:01:00.0")
     add_pci_function(tmp_path, "0000:02:00.0", 0x10DE, 0x1B02, 0x030000)
     (tmp_path / "devices" / "pci0000:00" / "0000:02:00.0" / "class").unlink()
-    code, result = run_module(capsys, {"sysfs": str(tmp_path)})
+    code, result = run_module(capsys, gpu_facts, {"sysfs": str(tmp_path)})
     fact = result["ansible_facts"]["nvidia_gpu"]
     assert code == 0 and fact["pci_gpus"] == TITAN_XP_PCI
     assert fact["pci_virtual_functions"] == [{"busId": "0000:01:00.4", "deviceId": "0x1b02", "physfn": "0000:01:00.0",
@@ -77,7 +70,7 @@ def test_virtual_functions_are_apart_and_an_unreadable_function_is_named_with_a_
 def test_unknown_gather_subset_fails_before_touching_nvml(nvml_simulator, capsys):
     nvml_simulator.use("titan_xp")
     nvml_simulator.reset_calls()
-    code, result = run_module(capsys, {"gather_subset": ["all", "ecc"]})
+    code, result = run_module(capsys, gpu_facts, {"gather_subset": ["all", "ecc"]})
     assert code == 1 and result["failed"] is True
     assert "gather_subset: unknown value(s) ecc" in result["msg"]
     assert nvml_simulator.calls() == 0
@@ -86,7 +79,7 @@ def test_unknown_gather_subset_fails_before_touching_nvml(nvml_simulator, capsys
 def test_missing_python_library_fails_with_missing_required_lib(nvml_simulator, capsys, monkeypatch):
     monkeypatch.setattr(gpu_facts, "HAS_PYNVML", False)
     monkeypatch.setattr(gpu_facts, "PYNVML_IMPORT_ERROR", "ImportError: No module named 'pynvml'")
-    code, result = run_module(capsys, {})
+    code, result = run_module(capsys, gpu_facts, {})
     assert code == 1 and result["failed"] is True
     assert "Failed to import the required Python library (nvidia-ml-py)" in result["msg"]
     assert "ansible_facts" not in result
@@ -99,7 +92,7 @@ def test_a_failed_version_query_is_named_not_silently_left_out(nvml_simulator, c
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(scenario))
     nvml_simulator.use(path)
-    code, result = run_module(capsys, {"sysfs": titan_sysfs})
+    code, result = run_module(capsys, gpu_facts, {"sysfs": titan_sysfs})
     fact = result["ansible_facts"]["nvidia_gpu"]
     assert code == 0 and "driver_version" not in fact and "cuda_driver_version" not in fact
     assert fact["system_errors"] == {"driver_version": "Unknown Error", "cuda_driver_version": "Unknown Error"}

@@ -12,7 +12,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.condition import (
     transition_event,
 )
 
-import scenario_expectations as expected
+from harness import scenario_expectations as expected
 
 
 def test_every_card_healthy_is_true():

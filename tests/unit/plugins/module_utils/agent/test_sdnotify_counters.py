@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import sys
 import threading
+import time
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.events import XidLog
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.xid_events import XidLog
 
 
 def test_notifications_reach_the_socket_systemd_names(tmp_path):
@@ -34,34 +37,64 @@ def test_outside_systemd_nothing_is_sent_and_a_watchdog_meant_for_another_proces
     assert Notifier({"WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}).watchdog_s is None
 
 
+@contextlib.contextmanager
+def frequent_switches():
+    """Threads switch every microsecond instead of every 5 ms, so that an unguarded read-modify-write
+    is interrupted halfway thousands of times in a short run."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def hammer(function, threads=8, times=5000):
     workers = [threading.Thread(target=lambda: [function() for _call in range(times)]) for _worker in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    with frequent_switches():
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
     return threads * times
+
+
+class YieldingOne(int):
+    """1, whose addition runs Python code that lets another thread in. ``value += 1`` on a dict
+    item runs no Python code on CPython, so no thread switch can fall between its read and its
+    write; adding this amount opens that window, as a free-threaded build does for plain ints.
+    Only the counters' lock then keeps two bumps from reading the same value."""
+
+    def __radd__(self, other):
+        time.sleep(0)
+        return other + 1
 
 
 def test_counters_lose_no_bump_between_threads():
     counters = Counters()
-    total = hammer(lambda: counters.bump("errors"))
+    total = hammer(lambda: counters.bump("errors", YieldingOne(1)), threads=4, times=500)
     assert counters["errors"] == total and counters.values()["errors"] == total
 
 
-def test_the_xid_log_keeps_every_record_while_another_thread_trims_it():
-    now = [0.0]
-    log = XidLog(lambda: now[0])
-    stop = threading.Event()
+def test_an_xid_added_while_the_log_is_trimmed_waits_for_the_trim():
+    """A trim reads a card's records and writes back those it keeps: an XID appended in between would
+    be lost. On CPython with the GIL that gap is too narrow for a stress test to hit (the filter sees
+    appends until it ends), so an XID is added from another thread while the trim is filtering, and
+    must wait until the trim is done."""
+    done_during_the_trim = []
 
-    def trim():
-        while not stop.is_set():
-            log.kept(0, newer_than=-1.0)   # drops nothing: every record is newer; trims under the lock
-    trimmer = threading.Thread(target=trim)
-    trimmer.start()
-    try:
-        total = hammer(lambda: log.add(0, 48), threads=4, times=2000)
-    finally:
-        stop.set()
-        trimmer.join()
-    assert len(log.kept(0)) == total and log.last() == {0: 48}
+    class ClockTime(float):
+        def __gt__(self, other):   # called by the trim's filter, once per record
+            if not done_during_the_trim:
+                adder.start()
+                adder.join(0.2)
+                done_during_the_trim.append(not adder.is_alive())
+            return float(self) > other
+
+    log = XidLog(lambda: ClockTime(1.0))
+    log.add(0, 48)
+    adder = threading.Thread(target=log.add, args=(0, 79))
+    assert [record.xid for record in log.kept(0, newer_than=0.0)] == [48]
+    adder.join()
+    assert done_during_the_trim == [False]
+    assert [record.xid for record in log.kept(0)] == [48, 79] and log.count() == 2 and log.last() == {0: 79}

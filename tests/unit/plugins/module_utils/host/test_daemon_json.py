@@ -241,6 +241,11 @@ def test_numbers_json_cannot_hold_are_refused_with_line_and_column(text, literal
                                        "dockerd can read" % (literal[:40], line, column))
 
 
+def test_a_bad_number_after_a_leading_blank_line_is_placed_on_its_own_line():
+    with pytest.raises(DaemonJsonError, match="1e400 at line 2, column 7 is not a number"):
+        parse('\n{"a": 1e400}', "/etc/docker/daemon.json")
+
+
 @pytest.mark.parametrize("literal", ["123456789012345678901234567890", "9" * 308, "-18446744073709551616", "1e308"])
 def test_numbers_beyond_64_bit_integers_are_read_as_dockerd_reads_them(literal):
     # dockerd reads a number it has no type for as a 64-bit float: these are finite, it starts.
@@ -260,6 +265,13 @@ def test_deep_nesting_is_refused_not_a_recursion_error(levels):
 def test_nesting_within_the_limit_is_merged():
     nested = json.loads('{"a": ' + "[" * 499 + "]" * 499 + "}")
     assert parse(json.dumps(nested), "f") == nested
+
+
+def test_the_nesting_limit_is_exact():
+    """500 levels (the object and 499 arrays) are read; one more is refused, and the message says 500."""
+    assert parse('{"a": ' + "[" * 499 + "]" * 499 + "}", "f")
+    with pytest.raises(DaemonJsonError, match="f nests arrays or objects more than 500 levels deep"):
+        parse('{"a": ' + "[" * 500 + "]" * 500 + "}", "f")
 
 
 @pytest.mark.parametrize("escaped", ["\\udc80", "\\ud800", "a\\udfffb", "\\ud83d\\ude00"])
@@ -308,3 +320,54 @@ def test_settings_that_contradict_the_options_are_errors(default_runtime, settin
 def test_settings_that_agree_with_the_options_are_fine():
     merged = merge({}, RUNTIME, [], None, {"default-runtime": "runc", "runtimes": {"nvidia": {"path": RUNTIME}}})
     assert merged["default-runtime"] == "runc"
+
+
+def test_canonical_texts_ignore_key_order_but_not_json_types():
+    assert canonical({"a": 1, "b": {"c": [1, 2], "d": None}}) == canonical({"b": {"d": None, "c": [1, 2]}, "a": 1})
+    assert canonical([1, 2]) != canonical([2, 1])
+    assert len({canonical(1), canonical(True), canonical(1.0)}) == 3
+
+
+@pytest.mark.parametrize("default_runtime, wanted", [(False, "runc"), (None, "nvidia"), (None, "runc")])
+def test_a_default_runtime_the_options_leave_open_is_the_settings_choice(default_runtime, wanted):
+    merged = merge({}, RUNTIME, [], default_runtime, {"default-runtime": wanted})
+    assert merged["default-runtime"] == wanted
+
+
+def test_flags_read_environment_assignments_and_a_runtime_given_as_the_next_word(tmp_path):
+    unit = tmp_path / "docker.service"
+    unit.write_text('[Service]\nEnvironment="NOTANASSIGNMENT" "OPTS=--data-root=/d"\n'
+                    "ExecStart=/usr/sbin/dockerd $OPTS --add-runtime youki=/usr/bin/youki -H fd://\n")
+    flags = dockerd_flags([str(unit)])
+    assert flags == {"data-root": "%s: --data-root" % unit, "runtimes.youki": "%s: --add-runtime" % unit,
+                     "hosts": "%s: -H" % unit}
+
+
+@pytest.mark.parametrize("previous, indent", [("", "    "), ('{\n  "a": 0\n}\n', "  "), ('{\n\t"a": 0\n}\n', "\t")])
+def test_render_takes_the_indentation_of_the_previous_text(previous, indent):
+    assert render({"a": 1}, previous) == '{\n%s"a": 1\n}\n' % indent
+
+
+@pytest.mark.parametrize("rc, output, verdict", [
+    (0, "", (True, None)),
+    (124, "", (None, "dockerd --validate did not finish within the time allowed")),
+    (1, "", (False, "dockerd --validate failed (exit status 1) and printed nothing")),
+    (1, "unable to configure the Docker daemon with file /tmp/x.json: bad key", (False, "bad key")),
+])
+def test_what_dockerd_validate_said(rc, output, verdict):
+    from ansible_collections.scv.gpu.plugins.module_utils.host.daemon_json import validation_verdict
+    assert validation_verdict(rc, output) == verdict
+
+
+def test_a_flag_with_a_value_object_conflicts_as_a_whole_and_a_trailing_add_runtime_is_read(tmp_path):
+    assert conflicts({"log-opts": {"max-size": "1m"}, "runtimes": {"log-opts": {}}}, {"log-opts": "u: --log-opt"}) == [
+        ("log-opts", "u: --log-opt")]
+    unit = tmp_path / "docker.service"
+    unit.write_text("[Service]\nExecStart=/usr/sbin/dockerd --add-runtime\n")
+    assert dockerd_flags([str(unit)]) == {"runtimes.": "%s: --add-runtime" % unit}
+
+
+def test_an_add_runtime_flag_with_its_value_as_the_last_word(tmp_path):
+    unit = tmp_path / "docker.service"
+    unit.write_text("[Service]\nExecStart=/usr/sbin/dockerd -H fd:// --add-runtime youki=/usr/bin/youki\n")
+    assert set(dockerd_flags([str(unit)])) == {"hosts", "runtimes.youki"}

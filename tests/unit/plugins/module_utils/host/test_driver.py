@@ -37,7 +37,7 @@ def test_upstream_version(version, upstream):
 
 def test_versions_compare_as_numbers_not_strings():
     as_strings = sorted(["535.54.03", "535.104.05"])
-    assert as_strings == ["535.104.05", "535.54.03"]  # the string order the landscape complains about
+    assert as_strings == ["535.104.05", "535.54.03"]  # string order puts 535.104 first, which is wrong
     assert version_key("535.54.03") < version_key("535.104.05")
     assert version_key("10.0") > version_key("8.9")
     assert sorted(["550.54.14", "535.104.05", "580.95.05", "535.54.03"], key=version_key) == [

@@ -13,7 +13,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.kernel import (
     module_info,
     preflight,
 )
-from kernel_modules import compile_module
+from harness.kernel_modules import compile_module
 
 
 @pytest.fixture

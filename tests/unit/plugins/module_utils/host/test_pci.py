@@ -14,8 +14,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.pci import (
     nvidia_gpus,
     pci_facts,
 )
-from pci_sysfs import add_function
-from support import scenario_path
+from harness.pci_sysfs import add_function
+from harness.paths import scenario_path
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_gpus_are_listed_in_bus_order_with_model_and_driver(sysfs):
 
 
 def test_a_vgpu_is_told_by_its_vendor_capability(tmp_path):
-    import pci_sysfs
+    from harness import pci_sysfs
     scenario = {"devices": [{"pciBusId": "00000000:3B:00.0", "pciDeviceId": 0x233010DE, "vgpu": 1},
                             {"pciBusId": "00000000:3C:00.0", "pciDeviceId": 0x233010DE}]}
     gpus = nvidia_gpus(pci_sysfs.build(scenario, str(tmp_path)))

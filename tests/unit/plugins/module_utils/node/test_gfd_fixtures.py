@@ -19,8 +19,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpu
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import desired_labels
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
 
-import pci_sysfs
-from support import ROOT, scenario_path
+from harness import pci_sysfs
+from harness.paths import ROOT, scenario_path
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gfd"
 # GFD labels that describe the device plugin's own settings (time-slicing replicas, the sharing

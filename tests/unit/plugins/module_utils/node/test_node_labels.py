@@ -13,8 +13,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
     sanitise_product,
     valid_label_key,
 )
-from label_expectations import LABELS
-from scenario_expectations import BY_SCENARIO
+from harness.label_expectations import LABELS
+from harness.scenario_expectations import BY_SCENARIO
 
 
 @pytest.mark.parametrize("name, value", [
@@ -110,7 +110,98 @@ def test_what_the_device_plugin_offers_per_strategy(strategy, resources):
 
 def test_the_filter_refuses_an_unknown_strategy():
     from ansible.errors import AnsibleFilterError
-    from ansible_collections.scv.gpu.plugins.filter.mig import scv_gpu_device_plugin_resources
+    from ansible_collections.scv.gpu.plugins.filter.device_plugin_resources import scv_gpu_device_plugin_resources
     with pytest.raises(AnsibleFilterError, match="none, single or mixed, not 'mixd'"):
         scv_gpu_device_plugin_resources(_mig_fact(), "mixd")
     assert scv_gpu_device_plugin_resources(_mig_fact(), "mixed")["nvidia.com/mig-1g.10gb"] == 2
+
+
+def test_the_mig_labels_of_a_strategy_left_behind_are_removed_and_look_alikes_kept():
+    single = ["nvidia.com/gpu." + suffix for suffix in ("multiprocessors", "slices.gi", "slices.ci", "engines.copy",
+                                                        "engines.decoder", "engines.encoder", "engines.jpeg",
+                                                        "engines.ofa")]
+    mixed = ["nvidia.com/mig-1g.10gb.count", "nvidia.com/mig-1g.10gb.product", "nvidia.com/mig-1g.10gb.memory",
+             "nvidia.com/mig-2g.20gb.me.multiprocessors", "nvidia.com/mig-3g.40gb.engines.ofa"]
+    foreign = ["nvidia.com/gpu.multiprocessors.total", "nvidia.com/mig-1g.10gb.owner", "nvidia.com/mig.config",
+               "example.com/gpu.multiprocessors", "team"]
+    current = {key: "1" for key in single + mixed + foreign}
+    assert label_changes(current, {}, "gpu/nvidia") == {key: None for key in single + mixed}
+
+
+def test_label_key_lengths_are_the_kubernetes_limits():
+    """A name of up to 63 characters, a prefix of up to 253."""
+    assert valid_label_key("x" * 63) and not valid_label_key("x" * 64)
+    assert valid_label_key("a" * 253 + "/gpu") and not valid_label_key("a" * 254 + "/gpu")
+
+
+@pytest.mark.parametrize("second", [{"migEnabled": False}, {"migEnabled": True, "migDevices": []}])
+def test_strategy_single_with_a_gpu_that_is_no_mig_device_is_invalid(second):
+    """GFD's rule: under strategy single every GPU must be split, into devices of one profile."""
+    model = "NVIDIA H100 80GB HBM3"
+    fact = {"nvml_available": True, "cardList": [
+        {"model": model, "migEnabled": True, "migDevices": [{"profile": "1g.10gb"}, {"profile": "1g.10gb"}]},
+        dict(second, model=model)]}
+    labels = desired_labels(fact, "gpu/nvidia", "single")
+    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"]) == (
+        "NVIDIA-H100-80GB-HBM3-MIG-INVALID", "0", "0")
+    fact["cardList"][1] = dict(fact["cardList"][0])
+    labels = desired_labels(fact, "gpu/nvidia", "single")
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb" and labels["nvidia.com/gpu.count"] == "4"
+
+
+def test_an_invalid_single_strategy_names_the_first_split_gpu():
+    fact = {"nvml_available": True, "cardList": [
+        {"model": "NVIDIA A100-SXM4-40GB", "migEnabled": False},
+        {"model": "NVIDIA H100 80GB HBM3", "migEnabled": True, "migDevices": [{"profile": "1g.10gb"}]},
+        {"model": "NVIDIA H200", "migEnabled": True, "migDevices": [{"profile": "1g.18gb"}]}]}
+    assert desired_labels(fact, "gpu/nvidia", "single")["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID"
+
+
+def test_versions_that_are_not_numbers_give_no_version_labels():
+    fact = dict(BY_SCENARIO["titan_xp"], driver_version="open.kernel", cuda_driver_version="twelve.two")
+    assert not [key for key in desired_labels(fact, "gpu/nvidia") if key.startswith("nvidia.com/cuda.")]
+
+
+def test_pci_entries_without_a_usable_bus_address_tell_no_gpu_mode():
+    fact = copy.deepcopy(BY_SCENARIO["titan_xp"])
+    for card in fact["cardList"]:
+        card.pop("pciBusId", None)
+    fact["pci_gpus"] = ["not an entry", {"busId": "bogus", "class": "0x030200"}, {"class": "0x030200"}]
+    assert desired_labels(fact, "gpu/nvidia")["nvidia.com/gpu.mode"] == "unknown"
+
+
+def test_strategy_single_with_one_mig_device():
+    fact = {"nvml_available": True, "cardList": [
+        {"model": "NVIDIA H100 80GB HBM3", "migEnabled": True, "migDevices": [{"profile": "7g.80gb"}]}]}
+    labels = desired_labels(fact, "gpu/nvidia", "single")
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-7g.80gb" and labels["nvidia.com/gpu.count"] == "1"
+
+
+@pytest.mark.parametrize("version, parts", [
+    ("535.104", ("535", "104", "")), ("535.104.05", ("535", "104", "05")), ("535", None), ("1.2.3.4", None)])
+def test_driver_versions_of_two_or_three_parts_are_labelled(version, parts):
+    labels = desired_labels(dict(BY_SCENARIO["titan_xp"], driver_version=version), "gpu/nvidia")
+    found = tuple(labels.get("nvidia.com/cuda.driver-version." + name) for name in ("major", "minor", "revision"))
+    assert found == (parts or (None, None, None))
+    assert labels.get("nvidia.com/cuda.driver-version.full") == (version if parts else None)
+
+
+def test_the_site_key_names_the_first_gpu_model_too():
+    fact = copy.deepcopy(BY_SCENARIO["titan_xp"])
+    fact["cardList"].append(dict(fact["cardList"][0], id=1, model="NVIDIA GeForce GTX 1080"))
+    assert desired_labels(fact, "gpu/nvidia")["gpu/nvidia"] == "TITAN-Xp"
+
+
+@pytest.mark.parametrize("version, full", [("12.2", "12.2"), ("12.4.1", "12.4"), ("12", None)])
+def test_cuda_versions_of_two_parts_or_more_are_labelled(version, full):
+    labels = desired_labels(dict(BY_SCENARIO["titan_xp"], cuda_driver_version=version), "gpu/nvidia")
+    assert labels.get("nvidia.com/cuda.runtime-version.full") == full
+
+
+@pytest.mark.parametrize("capability, labelled", [("8.6", ("8", "6")), ("0.0", None), ("8", None), (None, None)])
+def test_compute_capability_labels_need_a_known_major_and_minor(capability, labelled):
+    fact = copy.deepcopy(BY_SCENARIO["titan_xp"])
+    fact["cardList"][0]["computeCapability"] = capability
+    labels = desired_labels(fact, "gpu/nvidia")
+    found = (labels.get("nvidia.com/gpu.compute.major"), labels.get("nvidia.com/gpu.compute.minor"))
+    assert found == (labelled or (None, None))

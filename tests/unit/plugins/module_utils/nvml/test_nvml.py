@@ -10,8 +10,8 @@ import pytest
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 
-import scenario_expectations as expected
-from support import scenario_path
+from harness import scenario_expectations as expected
+from harness.paths import scenario_path
 
 ALL = list(GATHER_SUBSETS)
 
@@ -91,7 +91,7 @@ def _write_scenario(path, devices):
 
 
 def test_nvml_calls_grow_linearly_with_cards(nvml_simulator, tmp_path, monkeypatch):
-    with open(expected.__file__.replace("scenario_expectations.py", "nvml_simulator/scenarios/h100_sxm_x8.json")) as f:
+    with open(scenario_path("h100_sxm_x8")) as f:
         h100 = json.load(f)["devices"][0]
     counts = {}
     for n in (0, 1, 8):
@@ -111,7 +111,7 @@ def test_scenario_change_is_seen_by_a_running_process(nvml_simulator, tmp_path, 
     """The agent keeps NVML open; the simulator must serve changes without a new nvmlInit."""
     import pynvml
 
-    with open(expected.__file__.replace("scenario_expectations.py", "nvml_simulator/scenarios/titan_xp.json")) as f:
+    with open(scenario_path("titan_xp")) as f:
         doc = json.load(f)
     scenario = tmp_path / "live.json"
     scenario.write_text(json.dumps(doc))

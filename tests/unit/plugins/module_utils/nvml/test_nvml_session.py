@@ -24,8 +24,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collec
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import SYSTEM_CHECK_S, Session
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 
-import scenario_expectations as expected
-from support import scenario_path
+from harness import scenario_expectations as expected
+from harness.paths import scenario_path
 
 ALL = list(GATHER_SUBSETS)
 

@@ -18,8 +18,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collec
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status
 
-import yoda_scheduler as yoda
-from support import SCENARIOS
+from harness import yoda_scheduler as yoda
+from harness.paths import SCENARIOS
 
 SCENARIO_NAMES = sorted(path.stem for path in SCENARIOS.glob("*.json"))
 
@@ -39,7 +39,7 @@ def _pods(facts):
 def published(request):
     """{scenario: (facts, the Scv we publish)} for every scenario, read through the simulator."""
     import os
-    from support import scenario_path
+    from harness.paths import scenario_path
 
     result = {}
     saved = os.environ.get("NVMLSIM_CONFIG")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
-from ansible_collections.scv.gpu.plugins.module_utils.agent.events import EVENT_BURST, EVENT_REFILL_S, EventRecorder
+from ansible_collections.scv.gpu.plugins.module_utils.agent.node_events import EVENT_BURST, EVENT_REFILL_S, EventRecorder
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 
 NODE = {"metadata": {"name": "gpu-1", "uid": "uid-1"}}

@@ -14,7 +14,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.condition import (
     current_condition,
     gpu_condition,
 )
-from ansible_collections.scv.gpu.plugins.module_utils.agent.events import EventRecorder
+from ansible_collections.scv.gpu.plugins.module_utils.agent.node_events import EventRecorder
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError, retry_on_conflict
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import now_rfc3339
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.scv.gpu.plugins.filter.checks import scv_gpu_range_problems as range_problems
+from ansible_collections.scv.gpu.plugins.filter.range_problems import scv_gpu_range_problems as range_problems
 
 
 def limit(value, **extra):
