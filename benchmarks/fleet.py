@@ -30,12 +30,8 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
-
-# pylint: disable=wrong-import-position
-from agent_fleet import audited_plane, by_kind, etcd_bytes, per_node, process_sample, start_fleet, writes  # noqa: E402
-from support import install_agent  # noqa: E402
+from harness.agent import install_agent
+from harness.agent_fleet import audited_plane, by_kind, etcd_bytes, per_node, process_sample, start_fleet, writes
 
 FAULT_WINDOW_S = 30
 RESTART_WINDOW_S = 20

@@ -27,14 +27,10 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "build" / "collections"), str(ROOT / "tests")]
-
-from support import COLLECTIONS, SIMULATOR_DIR, scenario_path  # noqa: E402  pylint: disable=wrong-import-position
-
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
+from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
 
 
 def simulator():

@@ -23,10 +23,8 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "build" / "collections"), str(ROOT / "tests")]
-
-from kubelet_podresources import StandInKubelet, generate, pod  # noqa: E402  pylint: disable=wrong-import-position
+from harness.kubelet_podresources import StandInKubelet, generate, pod
+from harness.paths import COLLECTIONS, ROOT
 
 # Run in a fresh interpreter: the RSS a client adds with 20 calls; wall time per call.
 PROBE = r"""
@@ -97,7 +95,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         generated = generate(work)
         python = venv_with(work, python311(), pins("h2", "grpcio", "protobuf"))
-        paths = [str(ROOT / "build" / "collections"), str(pathlib.Path(work) / "generated")]
+        paths = [str(COLLECTIONS), str(pathlib.Path(work) / "generated")]   # the probe's own Python path
         rows = []
         for pods in (8, 110):
             with StandInKubelet(generated, pathlib.Path(work) / ("kubelet-%d.sock" % pods)) as kubelet:

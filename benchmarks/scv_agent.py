@@ -35,12 +35,11 @@ import tempfile
 import time
 import urllib.request
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
-
-# pylint: disable=wrong-import-position
-from control_plane import ControlPlane  # noqa: E402
-from support import COLLECTIONS, SIMULATOR_DIR, install_agent, install_scv_crd, scenario_path  # noqa: E402
+from harness.agent import install_agent
+from harness.agent_fleet import process_sample as sample
+from harness.common import free_port, wait_until
+from harness.control_plane import ControlPlane, install_scv_crd
+from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
 
 TICK = os.sysconf("SC_CLK_TCK")
 FRESHNESS_CHANGES = 5
@@ -75,21 +74,6 @@ def agent_metrics(port):
         text = response.read().decode()
     return {sample.name: sample.value for family in text_string_to_metric_families(text)
             for sample in family.samples if not sample.labels}
-
-
-def free_port():
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def sample(pid):
-    with open("/proc/%d/status" % pid, encoding="utf-8") as handle:
-        rss_kib = next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
-    with open("/proc/%d/stat" % pid, encoding="utf-8") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return rss_kib / 1024.0, (int(fields[11]) + int(fields[12])) / TICK
 
 
 def thread_cpu(pid):
@@ -170,11 +154,8 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
                                                               "metadata": {"name": node}}))
     agent = subprocess.Popen(command, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while plane.kubectl("get", "scv", node, check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the agent published nothing in 30 s")
-            time.sleep(0.2)
+        wait_until(lambda: plane.kubectl("get", "scv", node, check=False).returncode == 0, 30,
+                   "the agent's first Scv", step=0.2)
         time.sleep(5)   # start-up done, the watch is up
         if scrape_interval:
             # Prometheus has been scraping: the second counters read (GPM's first metrics, its cold call

@@ -1,4 +1,4 @@
-"""Benchmark of Scv publishing against a real kube-apiserver (tests/control_plane.py).
+"""Benchmark of Scv publishing against a real kube-apiserver (tests/harness/control_plane.py).
 
 1. API requests per node per publish cycle, read from kube-apiserver's
    apiserver_request_total: first publish, unchanged rerun, one changed card.
@@ -25,17 +25,12 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "build" / "collections"), str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
-
-# pylint: disable=wrong-import-position
-import scenario_expectations as expected  # noqa: E402
-from control_plane import ControlPlane  # noqa: E402
-from support import COLLECTIONS, install_scv_crd  # noqa: E402
-
-from ansible_collections.scv.gpu.plugins.module_utils.kube.client import ResourceClient  # noqa: E402
-from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish  # noqa: E402
-from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV  # noqa: E402
+from ansible_collections.scv.gpu.plugins.module_utils.kube.client import ResourceClient
+from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish
+from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
+from harness import scenario_expectations as expected
+from harness.control_plane import ControlPlane, install_scv_crd
+from harness.paths import COLLECTIONS
 
 
 def request_counts(plane):

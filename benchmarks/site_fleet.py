@@ -36,12 +36,8 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
-
-# pylint: disable=wrong-import-position
-from agent_fleet import WRITE_VERBS, audited_plane  # noqa: E402
-from support import COLLECTIONS, SIMULATOR_DIR, scenario_path  # noqa: E402
+from harness.agent_fleet import WRITE_VERBS, audited_plane
+from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
 
 
 def write_inventory(work, hosts):

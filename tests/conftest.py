@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import pytest
 
-from support import SIMULATOR_DIR, scenario_path
+from harness.paths import SIMULATOR_DIR, scenario_path
 
 
 @pytest.fixture

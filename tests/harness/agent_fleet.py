@@ -1,6 +1,6 @@
 """A fleet of Scv agents against one control plane, and every request the API server saw from them.
 
-Each agent runs as the scv_agent role installs it (``support.install_agent``), with its own
+Each agent runs as the scv_agent role installs it (``harness.agent.install_agent``), with its own
 node name, Node, node identity (``system:node:<name>``), simulated GPUs and scenario file. The
 control plane writes an audit log of every request made by group ``system:nodes``, so what each
 node asked, and when, is read from the API server's side (``AuditLog``).
@@ -20,8 +20,9 @@ import subprocess
 import time
 import urllib.request
 
-from control_plane import CertificateAuthority, ControlPlane
-from support import SIMULATOR_DIR, install_scv_crd, scenario_path
+from harness.common import wait_until
+from harness.control_plane import CertificateAuthority, ControlPlane, install_scv_crd
+from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
 # Metadata of every request by a node identity (``everyone``: by anyone but the API server itself).
 NODES_ONLY = [{"level": "Metadata", "userGroups": ["system:nodes"]}, {"level": "None"}]
@@ -120,7 +121,7 @@ def render_access(plane):
     """The scv_publish role's RBAC and admission policy, as the role renders them for node identities."""
     import jinja2
 
-    template = pathlib.Path(__file__).resolve().parent.parent / "roles" / "scv_publish" / "templates" / "access.yml.j2"
+    template = ROOT / "roles" / "scv_publish" / "templates" / "access.yml.j2"
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
     environment.filters["to_json"] = json.dumps
     text = environment.from_string(template.read_text()).render(scv_publish_grant_nodes=True,
@@ -131,7 +132,7 @@ def render_access(plane):
 class Fleet:
     """``size`` agents named ``<prefix>-<n>`` on ``plane``, each with 8 simulated H100s (``scenario``).
 
-    ``command`` runs one agent (``support.install_agent``); ``model`` is the simulator's cost
+    ``command`` runs one agent (``harness.agent.install_agent``); ``model`` is the simulator's cost
     model (``none`` keeps a large fleet's own CPU down; the API traffic does not depend on it).
     """
 
@@ -199,15 +200,9 @@ class Fleet:
         return {item["metadata"]["name"] for item in listed if item.get("status")} & set(self.nodes)
 
     def wait(self, predicate, timeout, what, poll=0.5):
-        """Seconds until ``predicate()`` holds; RuntimeError after ``timeout``."""
-        start = time.monotonic()
-        while not predicate():
-            if self.exited():
-                raise RuntimeError("agents ended while waiting for %s: %s" % (what, self.exited()))
-            if time.monotonic() - start > timeout:
-                raise RuntimeError("%s not reached in %d s" % (what, timeout))
-            time.sleep(poll)
-        return time.monotonic() - start
+        """Seconds until ``predicate()`` holds; AssertionError after ``timeout``, or as soon as an agent ends."""
+        return wait_until(predicate, timeout, what, step=poll,
+                          gone=lambda: "agents ended: %s" % self.exited() if self.exited() else None)
 
     def wait_published(self, timeout=300):
         return self.wait(lambda: len(self.published()) == len(self.nodes) and

@@ -7,8 +7,9 @@ admission plugin (ValidatingAdmissionPolicy is on by default since 1.30), and
 stopped by PID. Kubeconfigs are written for an admin (group system:masters) and,
 on demand, for node identities (``system:node:<name>`` in group system:nodes).
 
-    python tests/control_plane.py start build/cluster   # what `make cluster` runs
-    python tests/control_plane.py stop build/cluster    # what `make cluster-stop` runs
+    PYTHONPATH=tests python -m harness.control_plane start build/cluster   # what `make cluster` runs
+    PYTHONPATH=tests python -m harness.control_plane stop build/cluster    # what `make cluster-stop` runs
+    PYTHONPATH=tests python -m harness.control_plane node-kubeconfig build/cluster NODE
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -34,7 +34,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from harness.common import free_port
+from harness.paths import ROOT, SCV_CRD
+
 BUILD_SCRIPT = ROOT / "tools" / "control-plane" / "build"
 READY_TIMEOUT = 180
 
@@ -46,12 +48,6 @@ def build_binaries(kubelet=False):
     if done.returncode != 0:
         raise RuntimeError("building the control plane failed:\n%s" % done.stderr[-4000:])
     return pathlib.Path(done.stdout.strip().splitlines()[-1])
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _write_key(path, key):
@@ -160,7 +156,7 @@ class ControlPlane:
     def start(self):
         if self.state_path.exists():
             raise RuntimeError("%s exists: a control plane may still run there; stop it first "
-                               "(python tests/control_plane.py stop %s)" % (self.state_path, self.directory))
+                               "(PYTHONPATH=tests python -m harness.control_plane stop %s)" % (self.state_path, self.directory))
         binaries = build_binaries()
         shutil.rmtree(self.directory, ignore_errors=True)
         pki = self.directory / "pki"
@@ -325,6 +321,28 @@ class ControlPlane:
         self.state["pids"] = {}
         if self.state_path.exists():
             self.state_path.unlink()
+
+
+def install_scv_crd(plane):
+    """Applies the Scv CRD to a running control plane and waits until it is served."""
+    plane.kubectl("apply", "-f", str(SCV_CRD))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/scvs.core.run-linux.com")
+
+
+def read_object(plane, kind, name, namespace=None, managed_fields=False, missing_ok=False):
+    """One object as the API server holds it (``kubectl get -o json``); RuntimeError when it cannot be read.
+
+    ``missing_ok``: None when the API server answers that there is no such object.
+    """
+    arguments = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
+    if managed_fields:
+        arguments.append("--show-managed-fields")
+    done = plane.kubectl(*arguments, check=False)
+    if done.returncode == 0:
+        return json.loads(done.stdout)
+    if missing_ok and "(NotFound)" in done.stderr:
+        return None
+    raise RuntimeError("kubectl %s failed (%d): %s" % (" ".join(arguments), done.returncode, done.stderr))
 
 
 def _alive(pid):

@@ -18,7 +18,7 @@ import sys
 import threading
 from concurrent import futures
 
-from support import ROOT
+from harness.paths import ROOT
 
 CONTROL_PLANE = ROOT / "tools" / "control-plane"
 

@@ -1,5 +1,5 @@
 """The labels each simulator scenario's node must carry, written out by hand from
-tests/scenario_expectations.py and GFD's label formats (landscape.md)."""
+scenario_expectations.py and the label formats of NVIDIA's GPU feature discovery."""
 
 from __future__ import annotations
 

@@ -78,6 +78,6 @@ def build(scenario, root):
 
 
 if __name__ == "__main__":
-    # pci_sysfs.py SCENARIO.json ROOT
+    # python3 tests/harness/pci_sysfs.py SCENARIO.json ROOT (what tools/gfd/make-fixtures runs)
     with open(sys.argv[1], encoding="utf-8") as handle:
         build(json.load(handle), sys.argv[2])

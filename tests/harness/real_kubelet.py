@@ -2,7 +2,7 @@
 
 - The kubelet is built from the control plane's Go module (``tools/control-plane/build --kubelet``) and
   joins the test control plane with the node identity ``system:node:<name>``.
-- Its container runtime is Debian's containerd (unpacked from its package, as ``support.debian_containerd``
+- Its container runtime is Debian's containerd (unpacked from its package, as ``harness.containerd.debian_containerd``
   does) with runc, run with a configuration, root, state and socket of its own, and a CNI configuration
   holding only the loopback plugin: pods use the host's network and bind nothing.
 - No image registry is reachable, so the sandbox image is made here: a statically linked program that
@@ -26,12 +26,12 @@ import signal
 import subprocess
 import tarfile
 import threading
-import time
 from concurrent import futures
 
-from control_plane import build_binaries, free_port, terminate_group
-from kubelet_podresources import DEVICEPLUGIN, generate
-from support import debian_containerd
+from harness.common import free_port, wait_until
+from harness.containerd import debian_containerd
+from harness.control_plane import build_binaries, read_object, terminate_group
+from harness.kubelet_podresources import DEVICEPLUGIN, generate
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 WORKLOAD_IMAGE = "scv.test/idle:1"
@@ -43,17 +43,6 @@ IDLE_PROGRAM = r"""
 static void leave(int sig) { (void)sig; _exit(0); }
 int main(void) { signal(SIGTERM, leave); signal(SIGINT, leave); for (;;) pause(); }
 """
-
-
-def wait(predicate, timeout, what, step=0.2):
-    """predicate()'s first true answer within ``timeout`` seconds; fails naming ``what`` after that."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(step)
-    raise AssertionError("waited %d s for %s" % (timeout, what))
 
 
 def image_archive(work):
@@ -125,7 +114,7 @@ class Containerd:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen([str(self.binary), "--config", str(self.config)], env=env,
                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        wait(lambda: self.socket.exists() or self.process.poll() is not None, 30, "containerd's socket")
+        wait_until(lambda: self.socket.exists() or self.process.poll() is not None, 30, "containerd's socket", 0.2)
         if self.process.poll() is not None:
             raise AssertionError("containerd exited %s:\n%s" % (self.process.returncode, self.log.read_text()))
         archive = image_archive(self.work)
@@ -231,7 +220,7 @@ class Kubelet:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait(lambda: self._ready() or self.process.poll() is not None, 120, "Node %s Ready" % self.node, 0.5)
+            wait_until(lambda: self._ready() or self.process.poll() is not None, 120, "Node %s Ready" % self.node, 0.5)
         except AssertionError:
             raise AssertionError("the kubelet did not make Node %s Ready; its log ends:\n%s" % (
                 self.node, self.log.read_text()[-4000:])) from None
@@ -243,15 +232,12 @@ class Kubelet:
         return self
 
     def _ready(self):
-        done = self.plane.kubectl("get", "node", self.node, "-o", "json", check=False)
-        if done.returncode != 0:
-            return False
-        conditions = json.loads(done.stdout)["status"].get("conditions", [])
+        node = read_object(self.plane, "node", self.node, missing_ok=True)   # until the kubelet registers it
+        conditions = node["status"].get("conditions", []) if node else []
         return any(item["type"] == "Ready" and item["status"] == "True" for item in conditions)
 
     def allocatable(self, resource):
-        node = json.loads(self.plane.kubectl("get", "node", self.node, "-o", "json").stdout)
-        return node["status"].get("allocatable", {}).get(resource)
+        return read_object(self.plane, "node", self.node)["status"].get("allocatable", {}).get(resource)
 
     def stop(self):
         if self.process:
@@ -286,7 +272,7 @@ class DevicePlugin:
         """Serves, then registers with the kubelet (whose registration socket must exist)."""
         import grpc
 
-        wait((DEVICE_PLUGINS / "kubelet.sock").exists, 30, "the kubelet's device plugin socket")
+        wait_until((DEVICE_PLUGINS / "kubelet.sock").exists, 30, "the kubelet's device plugin socket", 0.2)
         self.server.add_insecure_port("unix:%s" % (DEVICE_PLUGINS / self.endpoint))
         self.server.start()
         with grpc.insecure_channel("unix:%s" % (DEVICE_PLUGINS / "kubelet.sock")) as channel:

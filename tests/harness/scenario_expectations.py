@@ -9,7 +9,8 @@ tests compare what ansible returns from the module.
 from __future__ import annotations
 
 import json
-import pathlib
+
+from harness.paths import ROOT
 
 LOST = ("GPU is lost: it fell off the bus or stopped responding (XID 79); "
         "reset the GPU or reboot the node")
@@ -334,7 +335,7 @@ HEALTH_REASONS = [
 # A real H100 80GB HBM3: what gpu_facts (gather_subset all) returned on the card itself, through
 # ansible-playbook with the real driver 580.159.04. h100_real.json holds that card's values as
 # nvidia-smi -q -x showed them, telemetry included, so every field must come out the same.
-REAL_H100_DIR = pathlib.Path(__file__).resolve().parent / "nvml_simulator" / "real-h100"
+REAL_H100_DIR = ROOT / "tests" / "nvml_simulator" / "real-h100"
 H100_REAL = json.loads((REAL_H100_DIR / "gpu_facts.json").read_text(encoding="utf-8"))
 # That reading was taken when usedMemory still counted the driver's reserve. The card's
 # nvidia-smi -q (nvidia-smi-q.xml) says FB Memory Usage Reserved 480 MiB, Used 0 MiB: what

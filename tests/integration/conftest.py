@@ -16,7 +16,10 @@ import sys
 
 import pytest
 
-from support import COLLECTIONS, ROOT, SIMULATOR_DIR, install_agent, install_scv_crd, scenario_path
+from harness.agent import AgentProcess, install_agent, node_for
+from harness.control_plane import ControlPlane, install_scv_crd
+from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
+from harness.stalled_server import StalledServer
 
 
 def _venvs():
@@ -93,8 +96,6 @@ def ansible(request):
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory):
     """A real etcd + kube-apiserver on 127.0.0.1 for the whole session, stopped even when tests fail."""
-    from control_plane import ControlPlane
-
     plane = ControlPlane(tmp_path_factory.mktemp("control-plane") / "plane")
     try:
         plane.start()
@@ -160,9 +161,47 @@ def agent_command(tmp_path_factory):
 @pytest.fixture
 def node(access, request):
     """A node name of the test's own, with no Scv before or after it."""
-    from test_scv_agent import node_for
-
     name = node_for(request)
     access.kubectl("delete", "scv", name, "--ignore-not-found")
     yield name
     access.kubectl("delete", "scv", name, "--ignore-not-found")
+
+
+@pytest.fixture
+def agent(access, agent_command, tmp_path, request):
+    """An agent on a simulated TITAN Xp, publishing the Scv of a node of the test's own (no Node object)."""
+    plane = access
+    name = node_for(request)
+    plane.kubectl("delete", "scv", name, "--ignore-not-found")
+    started = AgentProcess(agent_command, plane, name, tmp_path)
+    yield started
+    started.stop()
+    plane.kubectl("delete", "scv", name, "--ignore-not-found")
+
+
+@pytest.fixture
+def agent_on_node(access, agent_command, tmp_path, request):
+    """An agent whose Node exists (created as the kubelet would have), on 8 simulated H100s.
+
+    Tests parametrize it indirectly with extra agent arguments.
+    """
+    plane = access
+    name = node_for(request)
+    plane.kubectl("delete", "node", name, "--ignore-not-found")
+    plane.kubectl("delete", "events", "-n", "default", "--field-selector", "involvedObject.name=%s" % name)
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+    extra = getattr(request, "param", ())
+    started = AgentProcess(agent_command, plane, name, tmp_path, scenario="h100_sxm_x8", extra=extra)
+    yield started
+    started.stop()
+    plane.kubectl("delete", "scv", name, "--ignore-not-found")
+    plane.kubectl("delete", "node", name, "--ignore-not-found")
+
+
+@pytest.fixture
+def stalled_server():
+    """A server that takes connections and never answers (``harness.stalled_server``)."""
+    server = StalledServer()
+    yield server
+    server.close()

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import base64
 import datetime
+import glob
 import json
 import os
 import pathlib
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
 import yaml
 
-from control_plane import CertificateAuthority, write_kubeconfig
-from test_scv_agent import AgentProcess, node_for
+from harness.agent import AgentProcess, node_for
+from harness.control_plane import CertificateAuthority, write_kubeconfig
+from harness.stalled_server import stalled_kubeconfig
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
@@ -192,45 +192,24 @@ def test_inline_keys_never_outlive_the_client_start(access, tmp_path, monkeypatc
     assert client.get("agent-inline-keys") is None
 
 
-class StalledServer:
-    """Accepts TCP connections on 127.0.0.1 and never sends a byte."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.held = []
-        self.accepted = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                connection, _address = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(connection)
-            self.accepted.set()
-
-    def close(self):
-        for connection in self.held:
-            connection.close()
-        self.sock.close()
-
-
-@pytest.fixture
-def stalled_server():
-    server = StalledServer()
-    yield server
-    server.close()
-
-
-def stalled_kubeconfig(plane, server, path):
-    config = json.loads(plane.admin_kubeconfig.read_text())
-    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:%d" % server.port
-    path.write_text(json.dumps(config))
-    return path
+def test_rest_client_reads_inline_kubeconfig_data(access, tmp_path):
+    """Kubelet kubeconfigs carry the CA (and often the keys) inline, base64-encoded."""
+    plane = access
+    config = json.loads(pathlib.Path(plane.node_kubeconfig("agent-inline")).read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    for entry, key in ((cluster, "certificate-authority"), (user, "client-certificate"), (user, "client-key")):
+        entry[key + "-data"] = base64.b64encode(pathlib.Path(entry.pop(key)).read_bytes()).decode()
+    before = set(glob.glob("/tmp/scv-agent-*"))
+    client = RestClient(config, resource=SCV)
+    assert set(glob.glob("/tmp/scv-agent-*")) == before   # the inline keys left no files behind
+    plane.kubectl("delete", "scv", "agent-inline", "--ignore-not-found")
+    assert client.get("agent-inline") is None
+    created = client.create({"apiVersion": "core.run-linux.com/v1", "kind": "Scv",
+                             "metadata": {"name": "agent-inline"}, "spec": {"updateInterval": 1000}})
+    assert created["metadata"]["name"] == "agent-inline"
+    assert client.get("agent-inline")["spec"] == {"updateInterval": 1000}
+    assert client.requests == 3
+    plane.kubectl("delete", "scv", "agent-inline")
 
 
 def test_the_agents_requests_give_up_on_a_server_that_never_answers(access, stalled_server, tmp_path):

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from support import SIMULATOR_DIR, scenario_path
-from test_scv_agent import AgentProcess
+from harness.agent import AgentProcess
+from harness.paths import SIMULATOR_DIR, scenario_path
 
 
 def healthz(agent):
@@ -188,7 +188,7 @@ def test_idle_connections_hold_at_most_a_bounded_number_of_threads(access, agent
 
 @pytest.mark.parametrize("form", ["[::1]:%d", ":%d"], ids=["ipv6", "port-only"])
 def test_the_metrics_address_takes_ipv6_and_port_only_forms(access, agent_command, node, tmp_path, form):
-    from test_scv_agent import free_port
+    from harness.common import free_port
 
     port = free_port()
     agent = AgentProcess(agent_command, access, node, tmp_path, extra=("--metrics-address", form % port))
@@ -226,11 +226,10 @@ def test_an_agent_serving_metrics_without_prometheus_client_ends_at_start_naming
         access, agent_command, node, tmp_path):
     """The exposition library is imported at start-up, not at the first scrape: a venv that lacks it is
     told at once, before anything is published, instead of at the first scrape."""
-    import yaml
+    from harness.agent import agent_python
+    from harness.paths import AGENT_ROLE, AGENT_WHEELS
 
-    from support import AGENT_ROLE, AGENT_WHEELS, agent_python
-
-    packages = yaml.safe_load((AGENT_ROLE / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]
+    packages = [pin for pin in (line.split("#")[0].strip() for line in (AGENT_ROLE / "files" / "requirements.txt").read_text().splitlines()) if pin]
     venv = tmp_path / "venv"
     subprocess.run([agent_python(), "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", "--no-index",
@@ -247,12 +246,15 @@ def test_an_agent_serving_metrics_without_prometheus_client_ends_at_start_naming
 
 def test_sigterm_ends_a_publishing_agent_within_5_s(access, agent_command, node, tmp_path):
     agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8")
-    agent.wait_for(lambda: agent.scv() is not None, 20)
-    started = time.monotonic()
-    agent.process.send_signal(signal.SIGTERM)
-    assert agent.process.wait(timeout=15) == 0
-    assert time.monotonic() - started < 5.0
-    assert "stopped" in agent.log.read_text()
+    try:
+        agent.wait_for(lambda: agent.scv() is not None, 20)
+        started = time.monotonic()
+        agent.process.send_signal(signal.SIGTERM)
+        assert agent.process.wait(timeout=15) == 0
+        assert time.monotonic() - started < 5.0
+        assert "stopped" in agent.log.read_text()
+    finally:
+        agent.stop()
 
 
 def test_a_storm_of_sighups_never_hangs_the_agent(access, agent_command, node, tmp_path):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from agent_fleet import audited_plane, by_kind, per_node, start_fleet, writes
+from harness.agent_fleet import audited_plane, by_kind, per_node, start_fleet, writes
 
 SIZE = 4
 APF_EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples" / "apf-scv-agents.yml"

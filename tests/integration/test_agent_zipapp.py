@@ -8,9 +8,7 @@ import pathlib
 import subprocess
 import zipfile
 
-from support import AGENT_ROLE, SIMULATOR_DIR, scenario_path
-
-import yaml
+from harness.paths import AGENT_ROLE, SIMULATOR_DIR, scenario_path
 
 # Imports every module in the archive, then reports every module loaded from outside the standard library.
 PROBE = r"""
@@ -64,7 +62,7 @@ def test_every_module_in_the_archive_imports_with_only_the_roles_packages(agent_
     def normal(name):
         return name.lower().replace("_", "-")
     listed = [line.split("==")[0] for line in
-              yaml.safe_load((AGENT_ROLE / "defaults" / "main.yml").read_text())["scv_agent_python_packages"]]
+              [pin for pin in (line.split("#")[0].strip() for line in (AGENT_ROLE / "files" / "requirements.txt").read_text().splitlines()) if pin]]
     # the role's packages and what they require (h2 brings hpack and hyperframe), and nothing else
     closure = subprocess.run([python, "-I", "-c", REQUIRED] + listed, capture_output=True, text=True, check=True)
     wanted = {normal(name) for name in json.loads(closure.stdout)}

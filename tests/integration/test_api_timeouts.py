@@ -6,18 +6,10 @@ import time
 
 import pytest
 
-from test_agent_credentials import StalledServer, stalled_kubeconfig
-
-import scenario_expectations as expected
+from harness import scenario_expectations as expected
+from harness.stalled_server import stalled_kubeconfig
 
 REQUEST_TIMEOUT = 4
-
-
-@pytest.fixture
-def stalled_server():
-    server = StalledServer()
-    yield server
-    server.close()
 
 
 @pytest.mark.parametrize("module, args", [

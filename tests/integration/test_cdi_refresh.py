@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from support import ROOT, SIMULATOR_DIR, scenario_path
+from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
 SCRIPT = ROOT / "roles" / "container_toolkit" / "files" / "scv-gpu-cdi-refresh"
 STANDIN = ROOT / "tests" / "molecule" / "standin"

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from conftest import recap
-from support import ROOT, install_scv_crd
+from harness.control_plane import install_scv_crd
+from harness.paths import ROOT
 
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
 FQCN = re.compile(r"(?<![\w.])(?:ansible_collections\.)?([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\.[a-z_][a-z0-9_]*")

@@ -14,7 +14,7 @@ import tomllib
 import pytest
 
 from conftest import recap
-from support import ROOT
+from harness.paths import ROOT
 
 CRIO_PLAY = """
 - hosts: localhost

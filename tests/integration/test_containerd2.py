@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support import ROOT
-from test_containerd_runtime import VALUES, dump, edit_generated, run   # the same dump, module run and generated configs
+from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
+from harness.containerd import NVIDIA, VALUES, dump, edit_generated
+from harness.in_process import run_module
+from harness.paths import ROOT
 
-NVIDIA = "/usr/bin/nvidia-container-runtime"
 RUNTIME = "io.containerd.cri.v1.runtime"
 
 
@@ -59,7 +60,7 @@ def test_containerd2_default_config_gets_the_runtime_cdi_and_keeps_the_import(ca
     before = dump(containerd2, default_v3)
     assert "nvidia" not in runtime_plugin(before)["containerd"]["runtimes"]
     args = dict(path=str(default_v3), containerd=str(containerd2), default_runtime=True, enable_cdi=True)
-    code, result = run(capsys, args)
+    code, result = run_module(capsys, containerd_runtime, args)
     assert code == 0 and result["changed"] is True and result["version"] == 3, result
     config = dump(containerd2, default_v3)
     containerd = runtime_plugin(config)["containerd"]
@@ -73,7 +74,7 @@ def test_containerd2_default_config_gets_the_runtime_cdi_and_keeps_the_import(ca
     assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == \
         "registry.example.com/pause:3.10"
     assert default_v3.read_text().startswith("# site comment: keep me\n")
-    code, again = run(capsys, args)
+    code, again = run_module(capsys, containerd_runtime, args)
     assert code == 0 and again["changed"] is False, again
 
 
@@ -84,7 +85,7 @@ def test_kubernetes_docs_style_config(capsys, containerd2, tmp_path):
                     "  runtime_type = 'io.containerd.runc.v2'\n"
                     "  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
                     "    SystemdCgroup = true\n")
-    code, result = run(capsys, dict(path=str(path), containerd=str(containerd2), default_runtime=True))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(path), containerd=str(containerd2), default_runtime=True))
     assert code == 0 and result["changed"] is True, result
     text = path.read_text()
     assert '"io.containerd.cri.v1.runtime"' not in text          # the file's own quoting is kept
@@ -99,7 +100,7 @@ def test_an_import_that_overrides_the_runtime_fails_and_containerd2_agrees(capsy
     dropin.write_text("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n"
                       "  default_runtime_name = 'runc'\n")
     before = default_v3.read_text()
-    code, result = run(capsys, dict(path=str(default_v3), containerd=str(containerd2), default_runtime=True))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(default_v3), containerd=str(containerd2), default_runtime=True))
     assert code == 1, result
     assert str(dropin) in result["msg"] and "default_runtime_name would be" in result["msg"], result["msg"]
     assert default_v3.read_text() == before
@@ -117,7 +118,7 @@ def test_a_version_2_file_edited_here_is_what_containerd2_runs(capsys, container
                     '  runtime_type = "io.containerd.runc.v2"\n'
                     '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
                     '    SystemdCgroup = true\n')
-    code, result = run(capsys, dict(path=str(path), containerd=str(containerd2)))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(path), containerd=str(containerd2)))
     assert code == 0 and result["changed"] is True and result["version"] == 2, result
     runtimes = runtime_plugin(dump(containerd2, path))["containerd"]["runtimes"]
     assert runtimes["nvidia"]["options"]["BinaryName"] == NVIDIA

@@ -6,33 +6,24 @@ one on PATH. Only `containerd config dump` and `config default` run: no daemon i
 
 from __future__ import annotations
 
-import json
 import subprocess
 import tomllib
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
 from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
-from support import debian_containerd
+from harness.containerd import NVIDIA, VALUES, debian_containerd, dump, edit_generated
+from harness.in_process import run_module
 
-NVIDIA = "/usr/bin/nvidia-container-runtime"
 CRI = ("plugins", "io.containerd.grpc.v1.cri", "containerd")
 
 
 @pytest.fixture(scope="session")
 def containerd():
     return debian_containerd()
-
-
-def dump(containerd, path):
-    done = subprocess.run([str(containerd), "--config", str(path), "config", "dump"],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    return tomllib.loads(done.stdout)
 
 
 def cri(config):
@@ -52,15 +43,9 @@ def site_config(containerd, tmp_path):
     return path
 
 
-def run(capsys, args):
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        containerd_runtime.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
-
-
 def test_runtime_added_and_everything_else_kept(capsys, containerd, site_config):
     before_text = site_config.read_text()
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd)))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd)))
     assert code == 0 and result["changed"] is True and result["version"] == 2, result
     config = dump(containerd, site_config)
     runtimes = cri(config)["containerd"]["runtimes"]
@@ -72,16 +57,16 @@ def test_runtime_added_and_everything_else_kept(capsys, containerd, site_config)
     assert cri(config)["containerd"]["default_runtime_name"] == "runc"
     after_text = site_config.read_text()
     assert after_text.startswith(before_text)                            # only appended: every line kept
-    code, again = run(capsys, dict(path=str(site_config), containerd=str(containerd)))
+    code, again = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd)))
     assert code == 0 and again["changed"] is False
     assert site_config.read_text() == after_text
 
 
 def test_default_runtime_on_and_off(capsys, containerd, site_config):
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
     assert code == 0 and result["changed"] is True
     assert cri(dump(containerd, site_config))["containerd"]["default_runtime_name"] == "nvidia"
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=False))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd), default_runtime=False))
     assert code == 0 and result["changed"] is True
     config = dump(containerd, site_config)
     assert cri(config)["containerd"]["default_runtime_name"] == "runc"
@@ -90,7 +75,7 @@ def test_default_runtime_on_and_off(capsys, containerd, site_config):
 
 def test_missing_file_starts_from_containerd_defaults(capsys, containerd, tmp_path):
     path = tmp_path / "etc" / "containerd" / "config.toml"
-    code, result = run(capsys, dict(path=str(path), containerd=str(containerd)))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(path), containerd=str(containerd)))
     assert code == 0 and result["changed"] is True, result
     runtimes = cri(dump(containerd, path))["containerd"]["runtimes"]
     assert runtimes["nvidia"]["options"] == dict(runtimes["nvidia"]["options"], BinaryName=NVIDIA, SystemdCgroup=False)
@@ -99,7 +84,7 @@ def test_missing_file_starts_from_containerd_defaults(capsys, containerd, tmp_pa
 
 def test_check_mode_and_diff_write_nothing(capsys, containerd, site_config):
     before = site_config.read_bytes()
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd),
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd),
                                     _ansible_check_mode=True, _ansible_diff=True))
     assert code == 0 and result["changed"] is True
     assert site_config.read_bytes() == before
@@ -117,7 +102,7 @@ def test_check_mode_and_diff_write_nothing(capsys, containerd, site_config):
 def test_unusable_config_is_refused_untouched(capsys, containerd, tmp_path, text, message):
     path = tmp_path / "config.toml"
     path.write_text(text)
-    code, result = run(capsys, dict(path=str(path), containerd=str(containerd)))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(path), containerd=str(containerd)))
     assert code == 1
     assert result["msg"].startswith(str(path)) and message in result["msg"]
     assert path.read_text() == text
@@ -136,12 +121,12 @@ def test_containerd_2_layout():
 
 
 def test_enable_cdi(capsys, containerd, site_config):
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), enable_cdi=True))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd), enable_cdi=True))
     assert code == 0 and result["changed"] is True, result
     config = tomllib.loads(site_config.read_text())
     assert cri(config)["enable_cdi"] is True
     dump(containerd, site_config)   # containerd 1.6 still accepts the file (it ignores the key)
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), enable_cdi=True))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd), enable_cdi=True))
     assert code == 0 and result["changed"] is False
 
 
@@ -155,7 +140,7 @@ def test_enable_cdi(capsys, containerd, site_config):
 def test_a_version_containerd_would_not_read_is_refused(capsys, containerd, tmp_path, text, message):
     path = tmp_path / "config.toml"
     path.write_text(text)
-    code, result = run(capsys, dict(path=str(path), containerd=str(containerd)))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(path), containerd=str(containerd)))
     assert code == 1 and message in result["msg"], result["msg"]
     assert path.read_text() == text
     if text.startswith("version = 2.0"):   # the reason: containerd itself refuses the float
@@ -178,7 +163,7 @@ def test_inline_comments_and_crlf_line_endings_are_kept(capsys, containerd, site
     text = site_config.read_text().replace('default_runtime_name = "runc"',
                                            'default_runtime_name = "runc"  # chosen by the site, 2026')
     site_config.write_bytes(text.replace("\n", "\r\n").encode())
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
     assert code == 0 and result["changed"] is True, result
     data = site_config.read_bytes()
     assert b'default_runtime_name = "nvidia"  # chosen by the site, 2026\r\n' in data
@@ -210,7 +195,7 @@ def test_an_import_that_overrides_the_edit_fails_and_names_it(capsys, containerd
     dropin = _with_import(site_config, 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
                                        '  default_runtime_name = "runc"\n')
     before = site_config.read_text()
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd), default_runtime=True))
     assert code == 1, result
     assert str(dropin) in result["msg"] and "default_runtime_name would be" in result["msg"]
     assert site_config.read_text() == before
@@ -233,7 +218,7 @@ def test_an_import_that_already_holds_the_runtime_is_no_change(capsys, container
         "SystemdCgroup = false", "SystemdCgroup = true"))
     before = site_config.read_text()
     assert "nvidia" in cri(dump(containerd, site_config))["containerd"]["runtimes"]
-    code, result = run(capsys, dict(path=str(site_config), containerd=str(containerd)))
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd)))
     assert code == 0 and result["changed"] is False, result
     assert site_config.read_text() == before
 
@@ -248,68 +233,6 @@ def test_arrays_spanning_lines_do_not_end_the_table():
     assert cri(config)["containerd"]["default_runtime_name"] == "nvidia"
     assert cri(config)["containerd"]["x"] == tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["x"]
     assert new.count("default_runtime_name") == 1
-
-
-# Generated TOML: values in every form TOML has, whose text looks like configuration where it can.
-LOOKALIKE = st.sampled_from(['[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]',
-                             'Root = "/evil"', "SystemdCgroup = false", 'default_runtime_name = "x"', "[", "]",
-                             "[[x]]", "# not a comment", "y = 1", "{", "}", ""])
-
-
-def _body(quote):
-    """A multi-line string's body: lookalike lines and free text without the quote or backslashes."""
-    free = st.text(alphabet=st.sampled_from(list("ab =[]{}#.,\t") + ["'" if quote == '"' else '"']), max_size=12)
-    return st.lists(st.one_of(LOOKALIKE, free), max_size=4).map("\n".join)
-
-
-VALUES = st.one_of(
-    st.integers(-2 ** 63, 2 ** 63 - 1).map(str),
-    st.booleans().map(lambda flag: "true" if flag else "false"),
-    # No control characters: containerd 1.6's dump writes them unescaped, so no TOML parser could read its answer.
-    st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=10).map(
-        lambda text: json.dumps(text, ensure_ascii=False)),
-    LOOKALIKE.map(lambda text: "'%s'" % text.replace("'", "")),
-    _body('"').map(lambda body: '"""\n%s"""' % body),
-    _body("'").map(lambda body: "'''\n%s'''" % body),
-    st.lists(st.one_of(st.integers(0, 9).map(str), LOOKALIKE.map(json.dumps)), max_size=3).map(
-        lambda items: "[\n    %s,\n  ]" % ",\n    ".join(["[%s]" % item for item in items] or ["[]"])),
-    st.lists(LOOKALIKE.map(json.dumps), max_size=3).map(
-        lambda items: "{ %s }" % ", ".join("k%d = %s" % pair for pair in enumerate(items))),
-)
-
-
-def toml_table(header, values):
-    return header + "\n" + "".join("  v%d = %s  # note [x]\n" % (index, value) for index, value in enumerate(values))
-
-
-def edit_generated(binary, folder, version, containerd_values, runc_values, systemd, default_runtime):
-    """Writes a generated config of ``version`` (2: Debian's layout with "basic" keys; 3: containerd 2's with
-    'literal' ones), edits it, and checks with ``binary``'s own config dump that only the intended keys
-    changed; returns (text, edited text)."""
-    plugin, quote = ("io.containerd.grpc.v1.cri", '"') if version == 2 else ("io.containerd.cri.v1.runtime", "'")
-    table = "[plugins.%s%s%s.containerd" % (quote, plugin, quote)
-    text = ("version = %d\n" % version + toml_table(table + "]", containerd_values)
-            + "  default_runtime_name = %srunc%s\n" % (quote, quote)
-            + toml_table(table + ".runtimes.runc.options]", runc_values)
-            + "  SystemdCgroup = %s\n" % ("true" if systemd else "false"))
-    (folder / "before.toml").write_text(text)
-    # A file the judge itself cannot read is no case for it: containerd 1.6's TOML parser refuses some that
-    # TOML 1.0 allows, such as a quote right before a multi-line string's closing delimiter.
-    read = subprocess.run([str(binary), "--config", str(folder / "before.toml"), "config", "dump"],
-                          capture_output=True, text=True, check=False)
-    assume(read.returncode == 0)
-    new, _settings = add_runtime(text, "config.toml", NVIDIA, default_runtime)
-    (folder / "after.toml").write_text(new)
-    before, after = tomllib.loads(read.stdout), dump(binary, folder / "after.toml")
-    nvidia = after["plugins"][plugin]["containerd"]["runtimes"].pop("nvidia")
-    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
-    assert (nvidia["options"]["BinaryName"], nvidia["options"]["SystemdCgroup"]) == (NVIDIA, systemd)
-    assert after["plugins"][plugin]["containerd"].pop("default_runtime_name") == \
-        ("nvidia" if default_runtime else "runc")
-    before["plugins"][plugin]["containerd"].pop("default_runtime_name")
-    before.pop("imports", None), after.pop("imports", None)     # the dump names the file it read
-    assert after == before
-    return text, new
 
 
 @settings(max_examples=40, deadline=None)

@@ -12,9 +12,10 @@ import re
 import pytest
 
 from conftest import recap
-from label_expectations import LABELS
-from pci_sysfs import add_function as add_pci_function
-from support import ROOT
+from harness.control_plane import read_object
+from harness.label_expectations import LABELS
+from harness.pci_sysfs import add_function as add_pci_function
+from harness.paths import ROOT
 
 PLAY = """
 - hosts: localhost
@@ -37,7 +38,7 @@ def put_node(plane, name, labels):
 
 
 def node_labels(plane, name):
-    labels = json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)["metadata"].get("labels") or {}
+    labels = read_object(plane, "node", name)["metadata"].get("labels") or {}
     return {key: value for key, value in labels.items() if not key.startswith("kubernetes.io/")}
 
 
@@ -165,7 +166,7 @@ def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control
 
     first = run(ansible, tmp_path, plane, "titan_xp", **settings)
     assert first.returncode == 0, first.stdout + first.stderr
-    daemonset = json.loads(plane.kubectl("get", "daemonset", "-n", namespace, name, "-o", "json").stdout)
+    daemonset = read_object(plane, "daemonset", name, namespace=namespace)
     spec = daemonset["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

@@ -16,13 +16,13 @@ import pathlib
 import subprocess
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.daemon_json import DaemonJsonError, merge, parse, render
 from ansible_collections.scv.gpu.plugins.modules import docker_daemon_config
-from support import ROOT
+from harness.in_process import run_module
+from harness.paths import ROOT
 
 NVIDIA = "/usr/bin/nvidia-container-runtime"
 
@@ -128,7 +128,7 @@ def test_invalid_utf8_is_refused_by_both(capsys, on_path, tmp_path):
     assert not judge(on_path, data, tmp_path)[0]
     path = tmp_path / "daemon.json"
     path.write_bytes(data)
-    code, result = run(capsys, dict(path=str(path), unit_search_paths=[str(tmp_path)]))
+    code, result = run_module(capsys, docker_daemon_config, dict(path=str(path), unit_search_paths=[str(tmp_path)]))
     assert code == 1 and "is not UTF-8 text (byte 24)" in result["msg"]
     assert path.read_bytes() == data
 
@@ -235,12 +235,6 @@ def test_generated_files_are_accepted_exactly_when_dockerd_accepts_them(dockerd_
 
 # ------------------------------------------------------------- the module asks dockerd before it writes
 
-def run(capsys, args):
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        docker_daemon_config.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
-
-
 def args_for(tmp_path, **extra):
     return dict(path=str(tmp_path / "daemon.json"), unit_search_paths=[str(tmp_path)], **extra)
 
@@ -248,12 +242,12 @@ def args_for(tmp_path, **extra):
 def test_a_good_merge_is_checked_and_written(capsys, on_path, tmp_path):
     path = tmp_path / "daemon.json"
     path.write_text('{"log-driver": "json-file", "features": {"buildkit": true}}\n')
-    code, result = run(capsys, args_for(tmp_path, settings={"max-concurrent-downloads": 5}))
+    code, result = run_module(capsys, docker_daemon_config, args_for(tmp_path, settings={"max-concurrent-downloads": 5}))
     assert code == 0 and result["changed"] is True, result
     assert result["validation"] == "accepted by dockerd --validate"
     assert json.loads(path.read_text())["features"] == {"buildkit": True}
     assert judge(on_path, path.read_bytes(), tmp_path)[0]
-    code, again = run(capsys, args_for(tmp_path, settings={"max-concurrent-downloads": 5}))
+    code, again = run_module(capsys, docker_daemon_config, args_for(tmp_path, settings={"max-concurrent-downloads": 5}))
     assert code == 0 and again["changed"] is False and again["validation"] == "not checked: unchanged"
 
 
@@ -263,7 +257,7 @@ def test_a_setting_of_the_wrong_type_is_refused_with_dockerds_reason(capsys, on_
     path.write_text('{"debug": true}\n')
     before = path.read_bytes()
     args = args_for(tmp_path, settings={"max-concurrent-downloads": "three"}, _ansible_check_mode=check_mode)
-    code, result = run(capsys, args)
+    code, result = run_module(capsys, docker_daemon_config, args)
     assert code == 1, result
     assert result["msg"].startswith("the merged %s would be refused by Docker: " % path), result["msg"]
     assert "max-concurrent-downloads" in result["msg"] and "nothing was written" in result["msg"]
@@ -274,21 +268,21 @@ def test_a_file_docker_refuses_already_is_named_as_such(capsys, on_path, tmp_pat
     path = tmp_path / "daemon.json"
     path.write_text('{"debug": true, "no-such-setting": 1}\n')
     before = path.read_bytes()
-    code, result = run(capsys, args_for(tmp_path))
+    code, result = run_module(capsys, docker_daemon_config, args_for(tmp_path))
     assert code == 1
     assert result["msg"].startswith("%s is refused by Docker already, before the merge: " % path), result["msg"]
     assert "don't match any configuration option: no-such-setting" in result["msg"]
     assert path.read_bytes() == before
     # never: the module's own reading decides, and it keeps keys it does not know
-    code, result = run(capsys, args_for(tmp_path, validate="never"))
+    code, result = run_module(capsys, docker_daemon_config, args_for(tmp_path, validate="never"))
     assert code == 0 and result["validation"] == "not checked: validate is never"
     assert json.loads(path.read_text())["no-such-setting"] == 1
 
 
 def test_always_fails_when_no_dockerd_can_check(capsys, tmp_path):
     missing = str(tmp_path / "no-dockerd")
-    code, result = run(capsys, args_for(tmp_path, validate="always", dockerd=missing))
+    code, result = run_module(capsys, docker_daemon_config, args_for(tmp_path, validate="always", dockerd=missing))
     assert code == 1 and "validate is always, but the new" in result["msg"] and "no dockerd found" in result["msg"]
     assert not (tmp_path / "daemon.json").exists()
-    code, result = run(capsys, args_for(tmp_path, dockerd=missing))
+    code, result = run_module(capsys, docker_daemon_config, args_for(tmp_path, dockerd=missing))
     assert code == 0 and result["validation"] == "not checked: no dockerd found (%s)" % missing

@@ -20,8 +20,9 @@ import time
 import pytest
 
 from conftest import recap
-from pci_sysfs import add_function as add_pci_function
-from support import ROOT
+from harness.control_plane import read_object
+from harness.pci_sysfs import add_function as add_pci_function
+from harness.paths import ROOT
 
 RESOURCE = "nvidia.com/gpu"
 ANNOTATION = "scv.gpu/cordoned-by"
@@ -33,10 +34,6 @@ def standin_bin(tmp_path_factory):
     source = ROOT / "tests" / "molecule" / "standin" / "nvidia-smi.c"
     subprocess.run(["gcc", "-O2", "-o", str(folder / "nvidia-smi"), str(source), "-ldl"], check=True)
     return folder
-
-
-def node(plane, name):
-    return json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)
 
 
 def set_allocatable(plane, name, count):
@@ -63,7 +60,7 @@ class DevicePlugin(threading.Thread):
         seen = {}
         while self.pending and not self.stopping.is_set():
             for name in sorted(self.pending):
-                if node(self.plane, name)["spec"].get("unschedulable"):
+                if read_object(self.plane, "node", name)["spec"].get("unschedulable"):
                     seen.setdefault(name, time.monotonic())
                     if time.monotonic() - seen[name] >= 2:
                         set_allocatable(self.plane, name, 1)
@@ -122,19 +119,19 @@ def test_rollout_stops_at_the_first_failure_and_leaves_foreign_cordons(
     assert done.returncode != 0, output
 
     # a: cordoned by someone else; drained and verified, and still cordoned, unmarked
-    assert node(plane, a)["spec"].get("unschedulable") is True, output
-    assert ANNOTATION not in (node(plane, a)["metadata"].get("annotations") or {})
+    assert read_object(plane, "node", a)["spec"].get("unschedulable") is True, output
+    assert ANNOTATION not in (read_object(plane, "node", a)["metadata"].get("annotations") or {})
     assert "stays cordoned; someone else cordoned it" in output
     # b: ours; uncordoned only after the device plugin offered its GPU
-    assert not node(plane, b)["spec"].get("unschedulable"), output
-    assert ANNOTATION not in (node(plane, b)["metadata"].get("annotations") or {})
+    assert not read_object(plane, "node", b)["spec"].get("unschedulable"), output
+    assert ANNOTATION not in (read_object(plane, "node", b)["metadata"].get("annotations") or {})
     assert b in plugin.offered
     # c: verification failed; it keeps our cordon, and the message names the card NVML does not see
-    assert node(plane, c)["spec"].get("unschedulable") is True
-    assert node(plane, c)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.nvidia_driver"
+    assert read_object(plane, "node", c)["spec"].get("unschedulable") is True
+    assert read_object(plane, "node", c)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.nvidia_driver"
     assert "The PCI bus has 2 NVIDIA GPU(s) and NVML sees 1" in output and "0000:02:00.0" in output
     # d: the rollout stopped before it
-    assert not node(plane, d)["spec"].get("unschedulable")
+    assert not read_object(plane, "node", d)["spec"].get("unschedulable")
     assert "NO MORE HOSTS LEFT" in output
     assert d not in done.stdout.partition("PLAY RECAP")[2]
     assert recap(done.stdout, c)["failed"] == 1
@@ -151,8 +148,8 @@ def test_a_node_that_never_offers_its_gpus_stays_cordoned(ansible, control_plane
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert "offers 0 nvidia.com/gpu after 4 s, and NVML sees 1 GPU(s). The node stays cordoned." in output
-    assert node(plane, name)["spec"].get("unschedulable") is True
-    assert node(plane, name)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.nvidia_driver"
+    assert read_object(plane, "node", name)["spec"].get("unschedulable") is True
+    assert read_object(plane, "node", name)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.nvidia_driver"
     assert time.monotonic() - started < 120
 
 
@@ -167,8 +164,8 @@ def test_a_rerun_after_the_fix_lifts_only_our_cordon(ansible, control_plane, tmp
     set_allocatable(plane, name, 1)
     second = rollout(ansible, plane, tmp_path, standin_bin, hosts)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert not node(plane, name)["spec"].get("unschedulable")
-    assert ANNOTATION not in (node(plane, name)["metadata"].get("annotations") or {})
+    assert not read_object(plane, "node", name)["spec"].get("unschedulable")
+    assert ANNOTATION not in (read_object(plane, "node", name)["metadata"].get("annotations") or {})
 
 
 def test_node_cordon_check_mode_diff_and_rerun(ansible, control_plane):
@@ -181,18 +178,18 @@ def test_node_cordon_check_mode_diff_and_rerun(ansible, control_plane):
     diff = ansible.last_output
     assert '-    "unschedulable": false' in diff and '+    "unschedulable": true' in diff, diff
     assert '+    "annotation": "maintenance"' in diff, diff
-    assert not node(plane, name)["spec"].get("unschedulable")          # check mode wrote nothing
+    assert not read_object(plane, "node", name)["spec"].get("unschedulable")          # check mode wrote nothing
     ok, result = ansible.module(args, name="scv.gpu.node_cordon")
-    assert ok and result["changed"] is True and node(plane, name)["spec"]["unschedulable"] is True
+    assert ok and result["changed"] is True and read_object(plane, "node", name)["spec"]["unschedulable"] is True
     ok, result = ansible.module(args, name="scv.gpu.node_cordon")
     assert ok and result["changed"] is False and result["outcome"] == "ours"
     # another owner's uncordon leaves our cordon in place
     ok, result = ansible.module(dict(args, state="uncordoned", owner="someone-else"), name="scv.gpu.node_cordon")
     assert ok and result["changed"] is False and result["outcome"] == "foreign"
-    assert node(plane, name)["spec"]["unschedulable"] is True
+    assert read_object(plane, "node", name)["spec"]["unschedulable"] is True
     ok, result = ansible.module(dict(args, state="uncordoned"), name="scv.gpu.node_cordon")
     assert ok and result["changed"] is True and result["outcome"] == "uncordoned"
-    assert not node(plane, name)["spec"].get("unschedulable")
+    assert not read_object(plane, "node", name)["spec"].get("unschedulable")
     ok, result = ansible.module(dict(args, name="no-such-node"), name="scv.gpu.node_cordon")
     assert not ok and "Node no-such-node does not exist" in result["msg"]
 
@@ -212,7 +209,7 @@ def test_node_cordon_leaves_an_operators_later_cordon_by_the_real_kubectl(ansibl
     assert ok and result["outcome"] == "cordoned", result
     plane.kubectl("uncordon", name)
     plane.kubectl("cordon", name)
-    tracked = json.loads(plane.kubectl("get", "node", name, "-o", "json", "--show-managed-fields").stdout)
+    tracked = read_object(plane, "node", name, managed_fields=True)
     managers = [entry["manager"] for entry in tracked["metadata"]["managedFields"]
                 if "f:unschedulable" in (entry.get("fieldsV1") or {}).get("f:spec", {})]
     assert managers == ["kubectl"], tracked["metadata"]["managedFields"]     # kubectl 1.37's field manager
@@ -220,6 +217,6 @@ def test_node_cordon_leaves_an_operators_later_cordon_by_the_real_kubectl(ansibl
     assert ok and result["changed"] is True and result["outcome"] == "foreign", result
     assert result["cordoned_by"] == ["kubectl"]
     assert result["msg"] == "node %s stays cordoned: its cordon is kubectl's, not ours" % name
-    after = node(plane, name)
+    after = read_object(plane, "node", name)
     assert after["spec"]["unschedulable"] is True
     assert ANNOTATION not in (after["metadata"].get("annotations") or {})     # our stale mark is gone

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-import scenario_expectations as expected
+from harness import scenario_expectations as expected
 from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions
 
 
@@ -133,7 +133,7 @@ def test_module_documentation_loads(ansible):
 
 
 def test_an_unreadable_pci_function_is_listed_with_a_warning(ansible, tmp_path):
-    from pci_sysfs import add_function
+    from harness.pci_sysfs import add_function
 
     add_function(tmp_path, "0000:01:00.0", 0x10DE, 0x1B02, 0x030000, "nvidia")
     add_function(tmp_path, "0000:01:00.4", 0x10DE, 0x1B02, 0x030000, "nvidia", physfn="0000:01:00.0")
@@ -150,7 +150,7 @@ def test_an_unreadable_pci_function_is_listed_with_a_warning(ansible, tmp_path):
 def test_a_failed_driver_version_query_is_a_warning(ansible, tmp_path):
     import json
 
-    from support import scenario_path
+    from harness.paths import scenario_path
 
     scenario = json.loads(scenario_path("titan_xp").read_text())
     scenario["errors"] = {"nvmlSystemGetDriverVersion": "UNKNOWN"}

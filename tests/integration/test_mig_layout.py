@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from support import scenario_path
+from harness.paths import scenario_path
 
 ALL_1G = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
 

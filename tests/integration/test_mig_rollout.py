@@ -15,14 +15,11 @@ import subprocess
 import threading
 
 from conftest import recap
-from support import ROOT, SIMULATOR_DIR, scenario_path
+from harness.control_plane import read_object
+from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
 ANNOTATION = "scv.gpu/cordoned-by"
 LAYOUT = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
-
-
-def node(plane, name):
-    return json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)
 
 
 def put_node(plane, name):
@@ -51,7 +48,7 @@ class DevicePlugin(threading.Thread):
     def run(self):
         while self.hosts and not self.stopping.is_set():
             for name, scenario in list(self.hosts.items()):
-                current = node(self.plane, name)
+                current = read_object(self.plane, "node", name)
                 paused = (current["metadata"].get("labels") or {}).get("scv.gpu/mig-layout") == "applying"
                 resources = offered_by(scenario)
                 if current["spec"].get("unschedulable") and not paused and resources:
@@ -108,19 +105,19 @@ def test_a_rollout_stops_at_the_first_failure_and_keeps_that_node_cordoned(ansib
 
     # a: laid out, labelled for its MIG devices, offered them, uncordoned
     assert offered_by(hosts[0][2]) == {"nvidia.com/mig-1g.10gb": "14"}
-    assert not node(plane, a)["spec"].get("unschedulable"), output
-    labels = node(plane, a)["metadata"]["labels"]
+    assert not read_object(plane, "node", a)["spec"].get("unschedulable"), output
+    labels = read_object(plane, "node", a)["metadata"]["labels"]
     assert labels["nvidia.com/mig-1g.10gb.count"] == "14" and labels["nvidia.com/mig.strategy"] == "mixed"
     assert "scv.gpu/mig-layout" not in labels and labels["team"] == "ml"
-    assert ANNOTATION not in (node(plane, a)["metadata"].get("annotations") or {})
+    assert ANNOTATION not in (read_object(plane, "node", a)["metadata"].get("annotations") or {})
     # b: laid out, but never offered its devices: it keeps our cordon and says why
     assert offered_by(hosts[1][2]) == {"nvidia.com/mig-1g.10gb": "14"}
-    assert node(plane, b)["spec"].get("unschedulable") is True
-    assert node(plane, b)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.mig_layout"
+    assert read_object(plane, "node", b)["spec"].get("unschedulable") is True
+    assert read_object(plane, "node", b)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.mig_layout"
     assert "should offer {'nvidia.com/mig-1g.10gb': '14'} after its new MIG layout" in output
     assert "The node stays cordoned." in output
     # c: the rollout stopped before it; its GPUs are as they were
-    assert not node(plane, c)["spec"].get("unschedulable")
+    assert not read_object(plane, "node", c)["spec"].get("unschedulable")
     assert offered_by(hosts[2][2]) == {}
     assert "NO MORE HOSTS LEFT" in output
     assert recap(done.stdout, b)["failed"] == 1 and recap(done.stdout, a)["failed"] == 0
@@ -143,4 +140,4 @@ def test_a_node_with_its_layout_is_left_alone_and_a_busy_one_is_refused_uncordon
     assert recap(result.stdout, done_name) == dict(recap(result.stdout, done_name), changed=0, failed=0)
     assert "processes use GPU 0 (NVIDIA H100 80GB HBM3): PIDs 5150" in output
     for name in (done_name, busy_name):
-        assert not node(plane, name)["spec"].get("unschedulable"), output
+        assert not read_object(plane, "node", name)["spec"].get("unschedulable"), output

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from control_plane import CertificateAuthority, write_kubeconfig
+from harness.control_plane import CertificateAuthority, write_kubeconfig
 
 
 def test_an_expired_client_certificate_is_named(ansible, control_plane, tmp_path):

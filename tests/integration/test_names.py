@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from harness.control_plane import read_object
+
 BAD_NAMES = ["node-a/status", "..", ".", "Node-A", "a" * 254, "node_a", ""]
 
 
@@ -20,10 +22,6 @@ def node_a(control_plane):
     control_plane.kubectl("delete", "node", "node-a", "--ignore-not-found")
 
 
-def node(plane, name="node-a"):
-    return json.loads(plane.kubectl("get", "node", name, "-o", "json").stdout)
-
-
 @pytest.mark.parametrize("module, args", [
     ("scv.gpu.node_cordon", {"state": "cordoned"}),
     ("scv.gpu.node_labels", {"gpu_facts": {"cardList": [], "cardNumber": 0}}),
@@ -31,14 +29,14 @@ def node(plane, name="node-a"):
 @pytest.mark.parametrize("name", BAD_NAMES,
                          ids=["subresource", "dotdot", "dot", "upper", "long", "underscore", "empty"])
 def test_a_module_refuses_a_bad_node_name_and_changes_nothing(ansible, node_a, module, args, name):
-    before = node(node_a)
+    before = read_object(node_a, "node", "node-a")
     ok, result = ansible.module(dict(args, name=name, kubeconfig=str(node_a.admin_kubeconfig)), name=module,
                                 simulator=False)
     assert not ok, result
     expected = ("a node name is needed, got ''" if name == "" else
                 "%r is not a Kubernetes node name: lower-case letters, digits" % name)
     assert result["msg"].startswith("name: " + expected) and "nothing was sent to the API server" in result["msg"]
-    after = node(node_a)
+    after = read_object(node_a, "node", "node-a")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert not after["spec"].get("unschedulable")
 

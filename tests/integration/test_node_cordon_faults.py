@@ -15,6 +15,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeCli
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import CONFLICT_ATTEMPTS, ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.node.cordon import ANNOTATION
 from ansible_collections.scv.gpu.plugins.modules.node_cordon import apply
+from harness.control_plane import read_object
 
 OWNER = "maintenance"
 
@@ -26,10 +27,6 @@ def fresh_node(plane, name, cordoned_by_kubectl=False):
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
     if cordoned_by_kubectl:
         plane.kubectl("cordon", name)
-
-
-def node(plane, name):
-    return json.loads(plane.kubectl("get", "node", name, "-o", "json", "--show-managed-fields").stdout)
 
 
 class Interfering:
@@ -60,7 +57,7 @@ def test_a_409_storm_ends_in_a_clear_error_and_writes_nothing(control_plane):
     message = str(error.value)
     assert "conflict (409)" in message and "5 times in a row: another client is writing it without pause" in message
     assert "Nothing of ours was written" in message and "--show-managed-fields" in message
-    after = node(control_plane, name)
+    after = read_object(control_plane, "node", name, managed_fields=True)
     assert not after["spec"].get("unschedulable") and ANNOTATION not in (after["metadata"].get("annotations") or {})
     assert after["metadata"]["labels"]["writer"] == str(CONFLICT_ATTEMPTS)   # the other writer lost nothing
 
@@ -71,7 +68,7 @@ def test_a_storm_that_ends_in_time_lets_the_cordon_through_and_keeps_the_other_w
     interfering = Interfering(control_plane, storm=CONFLICT_ATTEMPTS - 1)
     before, after, outcome, changed = apply(interfering.client, name, "cordoned", OWNER, False)
     assert (outcome, changed) == ("cordoned", True) and interfering.reads == CONFLICT_ATTEMPTS
-    stored = node(control_plane, name)
+    stored = read_object(control_plane, "node", name, managed_fields=True)
     assert stored["spec"]["unschedulable"] is True and stored["metadata"]["annotations"][ANNOTATION] == OWNER
     assert stored["metadata"]["labels"]["writer"] == str(CONFLICT_ATTEMPTS - 1)
     assert before["metadata"]["labels"]["writer"] == str(CONFLICT_ATTEMPTS - 1)   # decided from the last read
@@ -115,7 +112,7 @@ def test_a_concurrent_writer_and_two_cordons_at_once_lose_nothing(control_plane)
     assert during >= 20, during                         # the writer did write while we worked
     # first come owns it: the other team neither marks our cordon nor lifts it; we lift ours
     assert outcomes == ["cordoned", "foreign", "foreign", "uncordoned"] * 5
-    stored = node(control_plane, name)
+    stored = read_object(control_plane, "node", name, managed_fields=True)
     assert not stored["spec"].get("unschedulable") and ANNOTATION not in (stored["metadata"].get("annotations") or {})
     assert stored["metadata"]["labels"]["writer"] == str(written[-1])    # no write of the other client was lost
 
@@ -135,7 +132,7 @@ def test_our_mark_forged_on_an_operators_cordon_does_not_make_it_ours(control_pl
     assert apply(client_for(control_plane), name, "cordoned", OWNER, False)[2:] == ("foreign", False)
     before, after, outcome, changed = apply(client_for(control_plane), name, "uncordoned", OWNER, False)
     assert (outcome, changed) == ("foreign", True)       # the forged mark is removed, the cordon stays
-    stored = node(control_plane, name)
+    stored = read_object(control_plane, "node", name, managed_fields=True)
     assert stored["spec"]["unschedulable"] is True and ANNOTATION not in (stored["metadata"].get("annotations") or {})
 
 
@@ -147,7 +144,7 @@ def test_our_cordon_whose_mark_was_changed_by_hand_is_not_lifted(control_plane, 
     annotate(control_plane, name, mark)
     before, after, outcome, changed = apply(client_for(control_plane), name, "uncordoned", OWNER, False)
     assert (outcome, changed) == ("foreign", False)
-    stored = node(control_plane, name)
+    stored = read_object(control_plane, "node", name, managed_fields=True)
     assert stored["spec"]["unschedulable"] is True and stored["metadata"]["annotations"][ANNOTATION] == mark
 
 
@@ -156,7 +153,7 @@ def test_our_mark_left_on_a_schedulable_node_is_cleaned_up(control_plane):
     fresh_node(control_plane, name)
     annotate(control_plane, name, OWNER)
     assert apply(client_for(control_plane), name, "uncordoned", OWNER, False)[2:] == ("schedulable", True)
-    assert ANNOTATION not in (node(control_plane, name)["metadata"].get("annotations") or {})
+    assert ANNOTATION not in (read_object(control_plane, "node", name, managed_fields=True)["metadata"].get("annotations") or {})
 
 
 def test_our_cordon_with_its_managed_fields_stripped_is_still_ours(control_plane):
@@ -166,7 +163,7 @@ def test_our_cordon_with_its_managed_fields_stripped_is_still_ours(control_plane
     fresh_node(control_plane, name)
     assert apply(client_for(control_plane), name, "cordoned", OWNER, False)[2] == "cordoned"
     control_plane.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps({"metadata": {"managedFields": []}}))
-    stored = node(control_plane, name)
+    stored = read_object(control_plane, "node", name, managed_fields=True)
     assert "managedFields" not in stored["metadata"], stored["metadata"].get("managedFields")
     assert apply(client_for(control_plane), name, "uncordoned", OWNER, False)[2:] == ("uncordoned", True)
-    assert not node(control_plane, name)["spec"].get("unschedulable")
+    assert not read_object(control_plane, "node", name, managed_fields=True)["spec"].get("unschedulable")

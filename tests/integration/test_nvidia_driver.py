@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import recap
-from kernel_modules import compile_module
-from pci_sysfs import add_function as add_pci_function
+from harness.control_plane import read_object
+from harness.kernel_modules import compile_module
+from harness.pci_sysfs import add_function as add_pci_function
 
 DAEMONSET_PLAY = """
 - hosts: localhost
@@ -50,11 +51,6 @@ def daemonset_vars(plane, name, **extra):
     return json.dumps(settings)
 
 
-def get_json(plane, *what):
-    done = plane.kubectl("get", *what, "-o", "json", check=False)
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
 def test_daemonset_check_mode_creates_nothing_then_apply_then_no_change(ansible, control_plane, tmp_path):
     plane = control_plane
     name = "driver-installer-%s" % ansible.venv.name.strip(".")
@@ -65,12 +61,12 @@ def test_daemonset_check_mode_creates_nothing_then_apply_then_no_change(ansible,
     check = ansible.playbook(play, None, "-e", daemonset_vars(plane, name), "--check")
     assert check.returncode == 0, check.stdout + check.stderr
     assert recap(check.stdout)["changed"] == 1
-    assert get_json(plane, "daemonset", "-n", "kube-system", name) is None
+    assert read_object(plane, "daemonset", name, namespace="kube-system", missing_ok=True) is None
 
     first = ansible.playbook(play, None, "-e", daemonset_vars(plane, name))
     assert first.returncode == 0, first.stdout + first.stderr
     assert recap(first.stdout)["changed"] == 1
-    spec = get_json(plane, "daemonset", "-n", "kube-system", name)["spec"]["template"]["spec"]
+    spec = read_object(plane, "daemonset", name, namespace="kube-system")["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["hostPID"] is True
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -97,7 +93,7 @@ def test_daemonset_check_mode_creates_nothing_then_apply_then_no_change(ansible,
 
     changed = ansible.playbook(play, None, "-e", daemonset_vars(plane, name, nvidia_driver_daemonset_version="580.105.08"))
     assert recap(changed.stdout)["changed"] == 1
-    installer = get_json(plane, "daemonset", "-n", "kube-system", name)["spec"]["template"]["spec"]["initContainers"][0]
+    installer = read_object(plane, "daemonset", name, namespace="kube-system")["spec"]["template"]["spec"]["initContainers"][0]
     assert {"name": "NVIDIA_DRIVER_VERSION", "value": "580.105.08"} in installer["env"]
 
 
@@ -112,7 +108,7 @@ def test_daemonset_selects_the_labelled_nodes_only(ansible, control_plane, tmp_p
     play.write_text(DAEMONSET_PLAY)
     done = ansible.playbook(play, None, "-e", daemonset_vars(plane, name))
     assert done.returncode == 0, done.stdout + done.stderr
-    spec = get_json(plane, "daemonset", "-n", "kube-system", name)["spec"]["template"]["spec"]
+    spec = read_object(plane, "daemonset", name, namespace="kube-system")["spec"]["template"]["spec"]
     (expression,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"]
     assert expression["operator"] == "Exists"
@@ -126,7 +122,7 @@ def test_daemonset_without_an_installer_image_says_what_to_set(ansible, control_
     done = ansible.playbook(play, None, "-e", daemonset_vars(control_plane, "no-image", nvidia_driver_installer_image=""))
     assert done.returncode != 0
     assert "nvidia_driver_installer_image is empty" in done.stdout
-    assert get_json(control_plane, "daemonset", "-n", "kube-system", "no-image") is None
+    assert read_object(control_plane, "daemonset", "no-image", namespace="kube-system", missing_ok=True) is None
 
 
 def test_bad_variables_are_rejected_before_any_task(ansible, tmp_path):

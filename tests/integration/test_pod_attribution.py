@@ -9,12 +9,10 @@ import time
 
 import pytest
 
-from kubelet_podresources import StandInKubelet, generate, pod
-from support import COLLECTIONS
-
-import sys
-sys.path.insert(0, str(COLLECTIONS))
-from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources  # noqa: E402
+from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources
+from harness.agent import AgentProcess, pods_on_gpus
+from harness.kubelet_podresources import StandInKubelet, generate, pod
+from harness.paths import scenario_path, scenario_uuids
 
 GPU = "nvidia.com/gpu"
 
@@ -123,32 +121,9 @@ def test_something_else_on_the_socket_is_an_error_not_a_hang(tmp_path, reply):
 # ------------------------------------------------------------------ the agent
 
 
-def _held(agent, metric="DCGM_FI_DEV_GPU_UTIL"):
-    """{gpu index: sorted [(pod, namespace, container)]} as the agent's /metrics says, '' for no pod."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    found = {}
-    for family in text_string_to_metric_families(agent.metrics_text()):
-        for sample in family.samples:
-            if sample.name == metric:
-                labels = sample.labels
-                found.setdefault(int(labels["gpu"]), []).append(
-                    (labels.get("pod", ""), labels.get("namespace", ""), labels.get("container", "")))
-    return {gpu: sorted(holders) for gpu, holders in found.items()}
-
-
-def _uuids(name):
-    import json
-
-    from support import scenario_path
-    return [device["uuid"] for device in json.loads(scenario_path(name).read_text())["devices"]]
-
-
 def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_when_the_pods_end(
         access, agent_command, node, tmp_path, kubelet):
-    from test_scv_agent import AgentProcess
-
-    uuids = _uuids("h100_sxm_x8")
+    uuids = scenario_uuids("h100_sxm_x8")
     kubelet.pods = [
         pod("train", "ml", ("trainer", [(GPU, [uuids[0]])])),
         # GPU 1 shared by time-slicing: replicas ::0 and ::3 in two pods, two replicas in one container
@@ -160,43 +135,41 @@ def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_whe
                          extra=("--pod-resources-socket", kubelet.socket, "--pod-resources-interval", "1"))
     nobody = [("", "", "")]
     try:
-        agent.wait_for(lambda: _held(agent).get(0) == [("train", "ml", "trainer")], 20)
-        held = _held(agent)
+        agent.wait_for(lambda: pods_on_gpus(agent).get(0) == [("train", "ml", "trainer")], 20)
+        held = pods_on_gpus(agent)
         assert held[1] == [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
         assert held[2] == nobody and all(held[gpu] == nobody for gpu in range(3, 8))
         # every DCGM series carries them, the agent's own do not
-        assert _held(agent, "DCGM_FI_DEV_XID_ERRORS")[0] == [("train", "ml", "trainer")]
+        assert pods_on_gpus(agent, "DCGM_FI_DEV_XID_ERRORS")[0] == [("train", "ml", "trainer")]
         assert 'pod="train"' not in "".join(line for line in agent.metrics_text().splitlines()
                                             if line.startswith("scv_gpu_"))
 
         kubelet.pods = kubelet.pods[1:]          # the training pod ended
-        agent.wait_for(lambda: _held(agent)[0] == nobody, 5)
-        assert _held(agent)[1] == [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
+        agent.wait_for(lambda: pods_on_gpus(agent)[0] == nobody, 5)
+        assert pods_on_gpus(agent)[1] == [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
     finally:
         agent.stop()
 
 
 def test_a_kubelet_that_is_gone_or_slow_takes_the_labels_away_and_never_holds_up_a_tick(
         access, agent_command, node, tmp_path, generated):
-    from test_scv_agent import AgentProcess
-
-    uuids = _uuids("titan_xp")
+    uuids = scenario_uuids("titan_xp")
     socket_path = tmp_path / "kubelet.sock"
     agent = AgentProcess(agent_command, access, node, tmp_path, scenario="titan_xp",
                          extra=("--pod-resources-socket", str(socket_path), "--pod-resources-interval", "1"))
     try:
         agent.wait_for(lambda: agent.metrics()["scv_agent_pod_resources_failures_total"] >= 1, 20)
-        assert _held(agent)[0] == [("", "", "")]
+        assert pods_on_gpus(agent)[0] == [("", "", "")]
         assert "pod labels left off GPU series: no kubelet pod-resources socket at %s" % socket_path in \
             agent.log.read_text()
         with StandInKubelet(generated, socket_path) as kubelet:
             kubelet.pods = [pod("render", "gfx", ("blender", [(GPU, [uuids[0]])]))]
-            agent.wait_for(lambda: _held(agent)[0] == [("render", "gfx", "blender")], 5)
+            agent.wait_for(lambda: pods_on_gpus(agent)[0] == [("render", "gfx", "blender")], 5)
             assert "pod labels back on GPU series" in agent.log.read_text()
             # A kubelet that stops answering: ticks go on at their interval, the labels go after the 2 s bound.
             kubelet.delay = 60
             ticks = agent.metrics()["scv_agent_ticks_total"]
-            agent.wait_for(lambda: _held(agent)[0] == [("", "", "")], 10)
+            agent.wait_for(lambda: pods_on_gpus(agent)[0] == [("", "", "")], 10)
             assert agent.metrics()["scv_agent_ticks_total"] - ticks >= 2
             assert "did not answer /v1.PodResourcesLister/List on %s within 2 s" % socket_path in agent.log.read_text()
     finally:
@@ -205,9 +178,6 @@ def test_a_kubelet_that_is_gone_or_slow_takes_the_labels_away_and_never_holds_up
 
 def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_command, node, tmp_path, kubelet):
     import json
-
-    from support import scenario_path
-    from test_scv_agent import AgentProcess
 
     scenario = json.loads(scenario_path("h100_mig_mixed").read_text())
     mig = scenario["devices"][0]["migDevices"]
@@ -218,7 +188,7 @@ def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_com
     agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_mig_mixed",
                          extra=("--pod-resources-socket", kubelet.socket, "--pod-resources-interval", "1"))
     try:
-        agent.wait_for(lambda: _held(agent).get(0) == [("big", "ml", "worker"), ("small", "ml", "worker")], 20)
-        assert _held(agent)[1] == [("", "", "")]      # the MIG device NVML does not know labels nothing
+        agent.wait_for(lambda: pods_on_gpus(agent).get(0) == [("big", "ml", "worker"), ("small", "ml", "worker")], 20)
+        assert pods_on_gpus(agent)[1] == [("", "", "")]      # the MIG device NVML does not know labels nothing
     finally:
         agent.stop()

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import pathlib
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from kubelet_podresources import StandInKubelet, generate, pod
-from support import ROOT
-from test_scv_agent import DASHBOARD_QUERIES, DCGM_DEFAULT_COUNTERS, AgentProcess, _every_counter, change_scenario, \
-    free_port, node_for
+from harness.agent import DASHBOARD_QUERIES, DCGM_DEFAULT_COUNTERS, AgentProcess, change_scenario, every_counter, node_for
+from harness.common import free_port, wait_until
+from harness.kubelet_podresources import StandInKubelet, generate, pod
+from harness.paths import ROOT, scenario_uuids
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +50,9 @@ class Prometheus:
         return self.api("query", query=expression)["result"]
 
     def wait_for(self, predicate, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, "prometheus exited:\n%s" % self.log.read_text()[-3000:]
-            try:
-                if predicate():
-                    return
-            except (OSError, ValueError, KeyError, IndexError):
-                pass
-            time.sleep(0.2)
-        pytest.fail("not within %d s; prometheus log:\n%s" % (timeout, self.log.read_text()[-3000:]))
+        wait_until(predicate, timeout, "prometheus's answer", step=0.2, ignore=(OSError, ValueError, KeyError, IndexError),
+                   gone=lambda: None if self.process.poll() is None else "prometheus exited",
+                   log=lambda: "prometheus log:\n" + self.log.read_text()[-3000:])
 
     def stop(self):
         self.process.terminate()
@@ -73,14 +65,13 @@ def scraped(access, agent_command, prometheus_bin, tmp_path, request):
     node = node_for(request)
     access.kubectl("delete", "scv", node, "--ignore-not-found")
     generated = generate(tmp_path / "generated")
-    uuids = [device["uuid"] for device in json.loads((ROOT / "tests" / "nvml_simulator" / "scenarios" /
-                                                      "h100_sxm_x8.json").read_text())["devices"]]
+    uuids = scenario_uuids("h100_sxm_x8")
     with StandInKubelet(generated, tmp_path / "kubelet.sock") as kubelet:
         kubelet.pods = [pod("train", "ml", ("trainer", [("nvidia.com/gpu", [uuids[0], uuids[1]])]))]
         agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8",
                              extra=("--counters-interval", "1", "--pod-resources-socket", kubelet.socket,
                                     "--pod-resources-interval", "1"))
-        change_scenario(agent, _every_counter)
+        change_scenario(agent, every_counter)
         prometheus = Prometheus(prometheus_bin, tmp_path, "127.0.0.1:%d" % agent.port)
         try:
             yield agent, prometheus, kubelet

@@ -1,4 +1,4 @@
-"""scv.gpu.scv against a real kube-apiserver (tests/control_plane.py), on every ansible-core line."""
+"""scv.gpu.scv against a real kube-apiserver (harness.control_plane), on every ansible-core line."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-import scenario_expectations as expected
-from support import install_scv_crd as install_crd
+from harness import scenario_expectations as expected
+from harness.control_plane import install_scv_crd as install_crd, read_object
+from harness.in_process import run_module
 
 SCV_CARD = {   # what the TITAN Xp facts publish: SCV's fields plus the stable extras
     "id": 0, "model": "TITAN Xp", "totalMemory": 12194, "freeMemory": 11950, "clock": 5705, "core": 1911,
@@ -24,11 +25,6 @@ def node_name(ansible, test):
     return "%s-%s" % (test.replace("_", "-"), ansible.version.replace(".", "-"))
 
 
-def get_scv(plane, name):
-    done = plane.kubectl("get", "scv", name, "-o", "json", check=False)
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
 def publish(ansible, plane, name, facts, kubeconfig=None, check=False, diff=False, **options):
     args = dict(name=name, gpu_facts=facts, kubeconfig=str(kubeconfig or plane.admin_kubeconfig), **options)
     return ansible.module(args, name="scv.gpu.scv", check=check, diff=diff)
@@ -40,7 +36,7 @@ def test_publish_creates_then_rerun_writes_nothing(ansible, scv_crd, api_request
     assert ok, result
     assert (result["changed"], result["created"], result["status_updated"]) == (True, True, True)
 
-    scv = get_scv(plane, name)
+    scv = read_object(plane, "scv", name)
     assert scv["spec"] == {"updateInterval": 1000}
     status = scv["status"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", status.pop("updateTime"))
@@ -54,7 +50,7 @@ def test_publish_creates_then_rerun_writes_nothing(ansible, scv_crd, api_request
     assert ok, again
     assert (again["changed"], again["created"], again["status_updated"]) == (False, False, False)
     assert requests == {("GET", "", ""): 1}
-    assert get_scv(plane, name)["metadata"]["resourceVersion"] == scv["metadata"]["resourceVersion"]
+    assert read_object(plane, "scv", name)["metadata"]["resourceVersion"] == scv["metadata"]["resourceVersion"]
 
 
 def test_one_changed_card_is_one_status_write(ansible, scv_crd, api_requests):
@@ -71,7 +67,7 @@ def test_one_changed_card_is_one_status_write(ansible, scv_crd, api_requests):
     assert ok, result
     assert (result["changed"], result["created"], result["status_updated"]) == (True, False, True)
     assert requests == {("GET", "", ""): 1, ("PUT", "status", ""): 1}
-    status = get_scv(plane, name)["status"]
+    status = read_object(plane, "scv", name)["status"]
     assert status["cardList"][3]["freeMemory"] == 78005 - 4096
     assert status["freeMemorySum"] == expected.H100_SXM_X8["freeMemorySum"] - 4096
     assert [card["bandwidth"] for card in status["cardList"]] == [63008] * 8
@@ -81,7 +77,7 @@ def test_node_without_gpus(ansible, scv_crd):
     plane, name = scv_crd, node_name(ansible, "no-gpus")
     ok, result = publish(ansible, plane, name, expected.NO_GPUS)
     assert ok, result
-    status = get_scv(plane, name)["status"]
+    status = read_object(plane, "scv", name)["status"]
     assert set(status) == {"updateTime"}   # SCV omits zero values; readers see 0 cards
     ok, again = publish(ansible, plane, name, expected.NO_GPUS)
     assert ok and again["changed"] is False
@@ -91,7 +87,7 @@ def test_unhealthy_card_reasons_are_published(ansible, scv_crd):
     plane, name = scv_crd, node_name(ansible, "lost-card")
     ok, result = publish(ansible, plane, name, expected.LOST_CARD)
     assert ok, result
-    status = get_scv(plane, name)["status"]
+    status = read_object(plane, "scv", name)["status"]
     # the lost card is published apart, so that schedulers reading cardList never count it
     assert [card["id"] for card in status["cardList"]] == [0, 1, 3]
     assert status["unhealthyCardList"] == [{"id": 2, "health": "Unhealthy", "healthReasons": [expected.LOST]}]
@@ -106,7 +102,7 @@ def test_deleted_by_hand_is_recreated(ansible, scv_crd):
     ok, result = publish(ansible, plane, name, expected.TITAN_XP)
     assert ok, result
     assert result["created"] is True
-    assert get_scv(plane, name)["status"]["cardList"] == [SCV_CARD]
+    assert read_object(plane, "scv", name)["status"]["cardList"] == [SCV_CARD]
 
 
 def test_state_absent(ansible, scv_crd):
@@ -115,7 +111,7 @@ def test_state_absent(ansible, scv_crd):
     args = dict(name=name, state="absent", kubeconfig=str(plane.admin_kubeconfig))
     ok, result = ansible.module(args, name="scv.gpu.scv")
     assert ok and result["changed"] is True, result
-    assert get_scv(plane, name) is None
+    assert read_object(plane, "scv", name, missing_ok=True) is None
     ok, result = ansible.module(args, name="scv.gpu.scv")
     assert ok and result["changed"] is False, result
 
@@ -127,10 +123,10 @@ def test_spec_someone_changed_is_kept_unless_forced(ansible, scv_crd):
     ok, result = publish(ansible, plane, name, expected.TITAN_XP)
     assert ok and result["changed"] is False, result
     assert "Scv %s keeps spec.updateInterval=5000, which someone set; set force_spec=true" % name in ansible.last_output
-    assert get_scv(plane, name)["spec"]["updateInterval"] == 5000
+    assert read_object(plane, "scv", name)["spec"]["updateInterval"] == 5000
     ok, result = publish(ansible, plane, name, expected.TITAN_XP, force_spec=True)
     assert ok and result["spec_updated"] is True and result["changed"] is True, result
-    assert get_scv(plane, name)["spec"]["updateInterval"] == 1000
+    assert read_object(plane, "scv", name)["spec"]["updateInterval"] == 1000
 
 
 def test_check_mode_uses_server_side_dry_run(ansible, scv_crd, api_requests):
@@ -140,10 +136,10 @@ def test_check_mode_uses_server_side_dry_run(ansible, scv_crd, api_requests):
     requests = api_requests.delta(before, api_requests.snapshot())
     assert ok and result["changed"] is True and result["created"] is True, result
     assert requests == {("GET", "", ""): 1, ("POST", "", "All"): 1}
-    assert get_scv(plane, name) is None
+    assert read_object(plane, "scv", name, missing_ok=True) is None
 
     assert publish(ansible, plane, name, expected.TITAN_XP)[0]
-    version = get_scv(plane, name)["metadata"]["resourceVersion"]
+    version = read_object(plane, "scv", name)["metadata"]["resourceVersion"]
     facts = copy.deepcopy(expected.TITAN_XP)
     facts["cardList"][0]["freeMemory"] = 100
     before = api_requests.snapshot()
@@ -151,36 +147,29 @@ def test_check_mode_uses_server_side_dry_run(ansible, scv_crd, api_requests):
     requests = api_requests.delta(before, api_requests.snapshot())
     assert ok and result["changed"] is True and result["status_updated"] is True, result
     assert requests == {("GET", "", ""): 1, ("PUT", "status", "All"): 1}
-    assert get_scv(plane, name)["metadata"]["resourceVersion"] == version
+    assert read_object(plane, "scv", name)["metadata"]["resourceVersion"] == version
     assert result["scv"]["status"]["cardList"][0]["freeMemory"] == 100
 
 
-def run_in_process(capsys, args):
-    """scv's main() in this process (Ansible's one-line output drops the diff)."""
-    from ansible.module_utils.testing import patch_module_args
+def test_diff_mode_shows_spec_and_status(scv_crd, capsys):
+    """In this process: Ansible's one-line output drops the diff."""
     from ansible_collections.scv.gpu.plugins.modules import scv as scv_module
 
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        scv_module.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
-
-
-def test_diff_mode_shows_spec_and_status(scv_crd, capsys):
     plane, name = scv_crd, "diff"
     plane.kubectl("delete", "scv", name, "--ignore-not-found")
     args = dict(name=name, gpu_facts=expected.TITAN_XP, kubeconfig=str(plane.admin_kubeconfig), _ansible_diff=True)
-    code, result = run_in_process(capsys, args)
+    code, result = run_module(capsys, scv_module, args)
     assert code == 0, result
     assert result["diff"]["before"] == {}
     assert result["diff"]["after"]["spec"] == {"updateInterval": 1000}
     assert result["diff"]["after"]["status"]["cardList"] == [SCV_CARD]
     facts = copy.deepcopy(expected.TITAN_XP)
     facts["cardList"][0]["freeMemory"] = 2048
-    code, result = run_in_process(capsys, dict(args, gpu_facts=facts))
+    code, result = run_module(capsys, scv_module, dict(args, gpu_facts=facts))
     assert code == 0, result
     assert result["diff"]["before"]["status"]["cardList"][0]["freeMemory"] == 11950
     assert result["diff"]["after"]["status"]["cardList"][0]["freeMemory"] == 2048
-    code, result = run_in_process(capsys, dict(args, gpu_facts=facts, _ansible_diff=False))
+    code, result = run_module(capsys, scv_module, dict(args, gpu_facts=facts, _ansible_diff=False))
     assert code == 0 and result["changed"] is False and "diff" not in result
 
 
@@ -209,7 +198,7 @@ def test_scv_readme_example_is_accepted_unchanged(scv_crd):
     created = json.loads(plane.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(body)).stdout)
     created["status"] = status
     plane.kubectl("replace", "--subresource=status", "-f", "-", input_text=json.dumps(created))
-    scv = get_scv(plane, "gpu02-poweredge-t420")
+    scv = read_object(plane, "scv", "gpu02-poweredge-t420")
     assert scv["spec"] == spec
     assert scv["status"] == status
 
@@ -253,7 +242,7 @@ def test_forbidden_names_verb_resource_and_user(ansible, scv_crd):
 
 
 def test_unreachable_api_server(ansible, scv_crd, tmp_path):
-    from control_plane import free_port
+    from harness.common import free_port
 
     plane = scv_crd
     config = json.loads(plane.admin_kubeconfig.read_text())
@@ -306,7 +295,7 @@ def test_conflict_is_retried(scv_crd, monkeypatch):
     result = publish(client, name, facts, 1000)
     assert result["status_updated"] is True
     assert len(reads) == 2 and reads[0] != reads[1]
-    assert get_scv(plane, name)["status"]["cardList"][0]["freeMemory"] == 1
+    assert read_object(plane, "scv", name)["status"]["cardList"][0]["freeMemory"] == 1
 
 
 def test_module_documentation_loads(ansible):
@@ -378,7 +367,7 @@ def test_role_publishes_and_a_second_run_changes_nothing(ansible, scv_crd, tmp_p
                "-e", "scv_publish_node_name=%s" % name)
     first = ansible.playbook(*command)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert get_scv(plane, name)["status"]["cardList"] == [SCV_CARD]
+    assert read_object(plane, "scv", name)["status"]["cardList"] == [SCV_CARD]
     second = ansible.playbook(*command)
     assert second.returncode == 0, second.stdout + second.stderr
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", second.stdout), second.stdout
@@ -401,13 +390,13 @@ def test_names_that_are_not_node_names_are_refused_before_any_call(ansible, scv_
     plane = scv_crd
     other = node_name(ansible, "name-victim")
     ok, _result = publish(ansible, plane, other, expected.TITAN_XP)
-    spec_before = get_scv(plane, other)["spec"]
+    spec_before = read_object(plane, "scv", other)["spec"]
     before = api_requests.snapshot()
     ok, result = publish(ansible, plane, name, expected.TITAN_XP, force_spec=True, update_interval=7)
     assert not ok
     assert result["msg"].startswith("name: ") and "nothing was sent to the API server" in result["msg"], result
     assert api_requests.delta(before, api_requests.snapshot()) == {}
-    assert get_scv(plane, other)["spec"] == spec_before
+    assert read_object(plane, "scv", other)["spec"] == spec_before
 
 
 @pytest.mark.parametrize("card_change, message", [
@@ -424,7 +413,7 @@ def test_facts_of_the_wrong_types_create_nothing(ansible, scv_crd, api_requests,
     ok, result = publish(ansible, plane, name, facts)
     assert not ok and message in result["msg"], result
     assert api_requests.delta(before, api_requests.snapshot()) == {}
-    assert get_scv(plane, name) is None
+    assert read_object(plane, "scv", name, missing_ok=True) is None
 
 
 def test_a_failed_status_write_leaves_no_empty_scv(ansible, scv_crd):
@@ -444,13 +433,13 @@ def test_a_failed_status_write_leaves_no_empty_scv(ansible, scv_crd):
     assert not ok
     assert "cannot update the status of Scv %s: forbidden (403)" % name in result["msg"]
     assert result["msg"].endswith("the Scv created a moment before was deleted again"), result["msg"]
-    assert get_scv(plane, name) is None
+    assert read_object(plane, "scv", name, missing_ok=True) is None
 
 
 def test_a_spec_that_is_not_an_object_is_named_not_a_traceback(ansible, scv_crd):
     """A hand-edited Scv under a CRD that does not type its spec (SCV's own CRD, or an edited one)."""
     plane, name = scv_crd, node_name(ansible, "list-spec")
-    crd = json.loads(plane.kubectl("get", "crd", "scvs.core.run-linux.com", "-o", "json").stdout)
+    crd = read_object(plane, "crd", "scvs.core.run-linux.com")
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     schema["spec"] = {"x-kubernetes-preserve-unknown-fields": True}
     for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
@@ -467,7 +456,7 @@ def test_a_spec_that_is_not_an_object_is_named_not_a_traceback(ansible, scv_crd)
         assert result["msg"].startswith("Scv %s has a spec that is not an object (a list)" % name), result
         ok, result = publish(ansible, plane, name, expected.TITAN_XP, force_spec=True)
         assert ok, result
-        assert get_scv(plane, name)["spec"] == {"updateInterval": 1000}
+        assert read_object(plane, "scv", name)["spec"] == {"updateInterval": 1000}
     finally:
         plane.kubectl("delete", "scv", name, "--ignore-not-found")
         install_crd(plane)

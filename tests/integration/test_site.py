@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 from conftest import recap
-from support import install_scv_crd
+from harness.control_plane import install_scv_crd, read_object
 
 INVENTORY = """
 all:
@@ -46,9 +46,9 @@ def test_site_publishes_labels_deploys_and_a_second_run_changes_nothing(ansible,
     first = ansible.playbook("playbooks/site.yml", "h100_sxm_x8", "-i", hosts, "--skip-tags", "host_roles")
     assert first.returncode == 0, first.stdout + first.stderr
     assert recap(first.stdout)["changed"] >= 3   # the Scv, the labels, the DaemonSet
-    scv = json.loads(plane.kubectl("get", "scv", node, "-o", "json").stdout)
+    scv = read_object(plane, "scv", node)
     assert scv["status"]["cardNumber"] == 8
-    labels = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
+    labels = read_object(plane, "node", node)["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3" and labels["gpu/nvidia"] == "NVIDIA-H100-80GB-HBM3"
     assert plane.kubectl("get", "daemonset", "-n", "kube-system", "nvidia-device-plugin-daemonset",
                          check=False).returncode == 0
@@ -122,7 +122,7 @@ def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tm
     removed = [line for line in drifted.stdout.splitlines() if line.startswith("-") and not line.startswith("---")]
     assert any('"nvidia.com/gpu.count": "9"' in line for line in removed), drifted.stdout   # the diff shows it
     # and it changed nothing
-    labels = json.loads(plane.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
+    labels = read_object(plane, "node", node)["metadata"]["labels"]
     assert labels["nvidia.com/gpu.count"] == "9" and labels["team"] == "ml"
     assert plane.kubectl("get", "scv", node, check=False).returncode != 0
 

@@ -36,3 +36,24 @@ def test_every_local_link_in_the_docs_leads_somewhere():
 def test_the_collections_docs_do_not_lean_on_notes_outside_it():
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         assert "../shared" not in page.read_text(), page
+
+
+# Where a file of this repository is named in backticks: `plugins/...`, `tests/...`, and so on.
+_TOP = ("plugins", "roles", "tests", "tools", "docs", "benchmarks", "playbooks", "extensions", "changelogs",
+        "meta", ".ci")
+
+
+def _named_paths(text):
+    for name in re.findall(r"`([^`\s]+)`", text):
+        name = name.rstrip(".,:;")
+        if name.split("/")[0] in _TOP and "/" in name and not re.search(r"[<>*{}$|]", name):
+            yield name
+
+
+def test_every_file_the_docs_name_exists():
+    missing = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for name in _named_paths(page.read_text()):
+            if not (ROOT / name).exists() and not list((ROOT / "roles").glob("*/" + name)):   # a role's own file
+                missing.append("%s names %s" % (page.relative_to(ROOT), name))
+    assert not missing, "\n".join(missing)

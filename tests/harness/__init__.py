@@ -1,0 +1,16 @@
+"""What the tests and the benchmarks run against, imported by name (``tests`` on the Python path):
+
+- ``paths``: where the checkout keeps the collection, the simulator, its scenarios and the agent's wheels;
+- ``common``: ``wait_until`` and ``free_port``;
+- ``control_plane``: a real etcd and kube-apiserver (also a command: ``python -m harness.control_plane``),
+  ``read_object`` and ``install_scv_crd``;
+- ``stalled_server``: an API server that accepts connections and never answers;
+- ``agent``: the Scv agent as the role installs it, run as a process for one node; ``agent_fleet``: many;
+- ``kubelet_podresources``: a stand-in kubelet serving pod-resources; ``real_kubelet``: a real one, with
+  containerd and a device plugin;
+- ``containerd``: Debian's containerd, and generated configs read back by a containerd binary;
+- ``in_process``: ``run_module``, a module's main() in this process;
+- ``pci_sysfs`` and ``kernel_modules``: sysfs PCI trees and kernel modules built for a test;
+- ``yoda_scheduler``: the Yoda scheduler's reading of an Scv;
+- ``scenario_expectations`` and ``label_expectations``: what each simulator scenario must give, worked out by hand.
+"""

@@ -1,0 +1,110 @@
+"""The agent outlives what it depends on: the API server away, the Scv definition deleted and installed again,
+the driver changed under it, absent at its start, or answering UNINITIALIZED once. A real agent process
+against the real kube-apiserver, GPUs from the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import XID_WAIT_MS
+from harness.agent import AgentProcess, change_scenario, gpu_condition_of
+from harness.control_plane import read_object
+from harness.paths import scenario_path
+
+
+def test_survives_an_api_server_outage_and_publishes_when_it_returns(agent):
+    agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 11950, 20)
+    agent.plane.stop_apiserver()
+    try:
+        agent.set_free_memory(2 * 2 ** 30)   # changes while the server is away
+        time.sleep(4)
+        assert agent.process.poll() is None, agent.log.read_text()
+        assert agent.metrics()["scv_agent_errors_total"] >= 1
+    finally:
+        agent.plane.start_apiserver()
+    agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 2048, 40)
+
+
+def test_nvml_stays_initialised_and_starts_anew_after_a_driver_change(agent):
+    agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 4, 20)
+    metrics = agent.metrics()
+    assert (metrics["scv_agent_nvml_inits_total"], metrics["scv_agent_nvml_static_reads_total"]) == (1, 1)
+    assert metrics["scv_agent_nvml_seconds_total"] > 0
+
+    def upgrade(scenario):
+        scenario["driverVersion"] = "550.54.15"
+        scenario["devices"][0]["maxClocks"]["memory"] = 5000   # a static reading: read again only in a new session
+    change_scenario(agent, upgrade)
+    took = agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["clock"] == 5000, 10)
+    # one interval, plus the event waiter's current wait (up to XID_WAIT_MS: NVML is not shut down under it),
+    # plus kubectl's own start-up
+    assert took < 1.0 + XID_WAIT_MS / 1000.0 + 0.5, took
+    assert agent.metrics()["scv_agent_nvml_inits_total"] == 2
+    assert "NVML initialised anew: RM has detected an NVML/RM version mismatch" in agent.log.read_text()
+
+
+def test_a_transient_uninitialized_answer_is_retried_in_a_new_session_not_published(agent, api_requests):
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["health"] == "Healthy", 20)
+    agent.wait_for(lambda: agent.metrics()["scv_agent_ticks_total"] >= 2, 10)
+    before = api_requests.snapshot()
+    change_scenario(agent, lambda scenario: scenario["devices"][0].update(
+        errors={"nvmlDeviceGetMemoryInfo": {"error": "UNINITIALIZED", "times": 1}}))
+    agent.wait_for(lambda: agent.metrics()["scv_agent_nvml_inits_total"] == 2, 5)
+    time.sleep(1.5)
+    writes = {key: count for key, count in api_requests.delta(before, api_requests.snapshot()).items()
+              if key[0] not in ("GET", "LIST", "WATCH")}
+    assert writes == {}                 # the card never looked Unhealthy
+    assert agent.scv()["status"]["cardList"][0]["health"] == "Healthy"
+
+
+def test_the_scv_definition_deleted_and_installed_again(agent):
+    """The CRD goes (and every Scv with it) and comes back: the agent backs off, then creates its Scv again."""
+    plane = agent.plane
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 20)
+    definition = read_object(plane, "crd", "scvs.core.run-linux.com")
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+        definition["metadata"].pop(key, None)
+    definition.pop("status", None)
+    plane.kubectl("delete", "crd", "scvs.core.run-linux.com")
+    try:
+        time.sleep(4)
+        assert agent.process.poll() is None
+        failing = agent.metrics()
+        assert failing["scv_agent_errors_total"] >= 1
+    finally:
+        plane.kubectl("create", "-f", "-", input_text=json.dumps(definition))
+    took = agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 40)
+    assert took < 35, took          # within the longest backoff
+    assert agent.metrics()["scv_agent_creates_total"] >= 2
+
+
+def test_an_agent_started_before_the_driver_publishes_no_gpu_then_every_gpu(access, agent_command, tmp_path):
+    """nvmlInit fails (the driver is not loaded yet): the Scv offers nothing, the condition says why, the agent
+    keeps trying, and the GPUs appear once the driver answers."""
+    plane, node = access, "agent-before-driver"
+    plane.kubectl("delete", "scv", node, "--ignore-not-found")
+    plane.kubectl("delete", "node", node, "--ignore-not-found")
+    plane.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    agent = AgentProcess(agent_command, plane, node, tmp_path, scenario="driver_not_loaded")
+    try:
+        agent.wait_for(lambda: "status" in agent.scv(), 20)
+        status = agent.scv()["status"]
+        assert status.get("cardNumber", 0) == 0, status
+        assert status.get("cardList", []) == [] and status.get("healthyCardNumber", 0) == 0
+        assert status.get("totalMemorySum", 0) == 0
+        condition = gpu_condition_of(plane, node)
+        assert (condition["status"], condition["reason"]) == ("False", "NVMLUnavailable")
+        assert "driver" in condition["message"].lower()
+        shutil.copy(scenario_path("h100_sxm_x8"), agent.scenario)
+        took = agent.wait_for(lambda: agent.scv()["status"]["cardNumber"] == 8, 10)
+        assert took < 3, took
+        agent.wait_for(lambda: gpu_condition_of(plane, node)["status"] == "True", 5)
+        assert agent.process.poll() is None
+    finally:
+        agent.stop()
+        plane.kubectl("delete", "scv", node, "--ignore-not-found")
+        plane.kubectl("delete", "node", node, "--ignore-not-found")
