@@ -29,7 +29,6 @@ SIM := $(SIM_DIR)/libnvidia-ml.so.1
 SCENARIOS := $(ROOT)/tests/nvml_simulator/scenarios
 DEMO_SCENARIO ?= $(SCENARIOS)/h100_sxm_x8.json
 CLUSTER_DIR := $(BUILD)/cluster
-DEMO_CLUSTER_DIR := $(BUILD)/demo-cluster
 
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_NOCOWS := 1
@@ -38,13 +37,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: help
 help:
 	@echo "make demo         site.yml on localhost (simulated GPUs, host stages in check mode) against a local API server"
-	@echo "make test         sanity, lint, unit, integration and molecule tests (what CI runs)"
+	@echo "make test         sanity, lint, unit, integration and molecule tests (what CI runs; times in build/stage-times.txt)"
 	@echo "make test-fresh   .ci/run on a clean clone with every cache moved aside, as on a fresh machine (root)"
 	@echo "make molecule     the molecule scenarios in podman systemd containers (root)"
 	@echo "make sanity       ansible-test sanity, offline"
 	@echo "make lint         ansible-lint, production profile"
 	@echo "make unit         pytest tests/unit"
-	@echo "make integration  pytest tests/integration, on every ansible-core line available"
+	@echo "make integration  pytest tests/integration on the newest ansible-core line, then its every_ansible_line tests on 2.19"
 	@echo "make cluster      start a local kube-apiserver + etcd (admin kubeconfig in build/cluster)"
 	@echo "make cluster-stop stop it"
 	@echo "make benchmark    benchmarks/*.py (figures for docs/benchmarks.md)"
@@ -77,12 +76,8 @@ $(COLLECTION_LINK):
 collection: $(COLLECTION_LINK)
 
 # The NVML simulator, compiled against the real nvml.h from nvidia-nvml-dev.
-$(SIM): tests/nvml_simulator/nvml_simulator.c $(VENV_STAMP)
-	mkdir -p $(SIM_DIR)
-	header=$$(find $(VENV)/lib -path '*/nvidia/*/include/nvml.h' | head -n 1); \
-	test -n "$$header" || { echo "nvml.h not found in $(VENV): is nvidia-nvml-dev installed?" >&2; exit 1; }; \
-	gcc -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror \
-	    -I"$$(dirname "$$header")" -Wl,-soname,libnvidia-ml.so.1 -o $@ $< -lpthread
+$(SIM): tests/nvml_simulator/nvml_simulator.c tools/build-simulator $(VENV_STAMP)
+	tools/build-simulator $(VENV) $@
 
 .PHONY: simulator
 simulator: $(SIM)
@@ -92,51 +87,28 @@ simulator: $(SIM)
 control-plane:
 	tools/control-plane/build
 
+# The test control plane's command line (tests/harness/control_plane.py).
+CONTROL_PLANE := PYTHONPATH=$(ROOT)/tests $(VENV)/bin/python -m harness.control_plane
+
 .PHONY: cluster cluster-stop
 cluster: $(VENV_STAMP) control-plane
-	$(VENV)/bin/python tests/control_plane.py start $(CLUSTER_DIR)
+	$(CONTROL_PLANE) start $(CLUSTER_DIR)
 cluster-stop: $(VENV_STAMP)
-	$(VENV)/bin/python tests/control_plane.py stop $(CLUSTER_DIR)
+	$(CONTROL_PLANE) stop $(CLUSTER_DIR)
 
 # ---------------------------------------------------------------------- demo
 
 .PHONY: demo
 demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
-	@echo "Simulated GPUs from $(DEMO_SCENARIO) (set DEMO_SCENARIO=... for another node)"
-	$(VENV)/bin/python tests/control_plane.py stop $(DEMO_CLUSTER_DIR) >/dev/null
-	$(VENV)/bin/python tests/control_plane.py start $(DEMO_CLUSTER_DIR)
-	trap '$(VENV)/bin/python tests/control_plane.py stop $(DEMO_CLUSTER_DIR)' EXIT; \
-	export LD_LIBRARY_PATH=$(SIM_DIR) NVMLSIM_CONFIG=$(DEMO_SCENARIO); \
-	kubectl="$$(tools/control-plane/build)/kubectl --kubeconfig $(DEMO_CLUSTER_DIR)/admin.kubeconfig"; \
-	echo '{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "demo-node"}}' | $$kubectl create -f - && \
-	site="$(VENV)/bin/ansible-playbook -i playbooks/inventory/demo.yml -e ansible_python_interpreter=$(VENV)/bin/python \
-	  -e scv_gpu_kubeconfig=$(DEMO_CLUSTER_DIR)/admin.kubeconfig playbooks/site.yml"; \
-	echo '# site.yml, host stages in check mode: nothing on this machine changes' && \
-	$$site --tags host_roles --check && \
-	echo '# site.yml, the API-side stages against the local control plane' && \
-	$$site --skip-tags host_roles && \
-	echo && echo '$$ kubectl get scv' && $$kubectl get scv && \
-	echo && echo '$$ kubectl get node demo-node --show-labels' && \
-	$$kubectl get node demo-node -o go-template='{{range $$k, $$v := .metadata.labels}}{{$$k}}={{$$v}}{{"\n"}}{{end}}' && \
-	echo && echo '$$ kubectl -n kube-system get daemonset' && $$kubectl -n kube-system get daemonset
+	tools/demo $(DEMO_SCENARIO)
 
 # --------------------------------------------------------------------- tests
 
+# Sanity, lint and unit while the Go builds and the molecule host are prepared in the background,
+# then integration and molecule; fails fast, and writes each stage's time to build/stage-times.txt.
 .PHONY: test
-# What the later stages need and sanity, lint and unit do not takes minutes on a fresh machine:
-# the Go builds (control plane and kubelet, containerd 2, dockerd) and the molecule host (podman, the Debian image).
-# Both run in the background meanwhile, their output in build/*.log; integration starts once
-# they are done.
 test:
-	mkdir -p $(BUILD)
-	( tools/control-plane/build --kubelet && tools/containerd/build && tools/dockerd/build ) > $(BUILD)/go-builds.log 2>&1 & builds=$$!; \
-	tests/molecule/prepare-host > $(BUILD)/prepare-host.log 2>&1 & host=$$!; \
-	status=0; $(MAKE) sanity lint unit || status=$$?; \
-	if [ $$status -ne 0 ]; then kill $$builds $$host 2>/dev/null || true; wait 2>/dev/null || true; exit $$status; fi; \
-	wait $$builds || { echo "make test: the Go builds failed:" >&2; cat $(BUILD)/go-builds.log >&2; exit 1; }; \
-	wait $$host || { echo "make test: preparing the molecule host failed:" >&2; cat $(BUILD)/prepare-host.log >&2; exit 1; }; \
-	grep -h "built in" $(BUILD)/go-builds.log || true
-	$(MAKE) integration molecule
+	tools/test
 
 # .ci/run on a clean clone of HEAD with every cache (control plane, venvs, pip, Go, ansible-test,
 # the podman image) moved aside and put back afterwards: what a fresh CI machine does.
@@ -144,24 +116,9 @@ test:
 test-fresh:
 	tools/test-fresh
 
-# ansible-test must run from ansible_collections/<namespace>/<name> and, to set
-# up its virtual environments, wants a pip bootstrap script it would download;
-# tools/ansible-test-get-pip.py stands in for it so sanity never leaves PyPI.
-SANITY_ROOT := $(BUILD)/sanity/ansible_collections/scv/gpu
 .PHONY: sanity
 sanity: $(VENV_STAMP)
-	pip_version=$$($(VENV)/bin/python -c 'import re, ansible_test, pathlib; \
-	  src = pathlib.Path(ansible_test.__file__).parent.joinpath("_internal/python_requirements.py").read_text(); \
-	  print(re.search(r"pip=.([0-9.]+).", src).group(1))'); \
-	mkdir -p ~/.ansible/test/cache; \
-	cp tools/ansible-test-get-pip.py ~/.ansible/test/cache/get_pip_$${pip_version//./_}.py
-	rm -rf $(BUILD)/sanity && mkdir -p $(SANITY_ROOT) $(BUILD)/sanity/ansible_collections/kubernetes
-	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t $(SANITY_ROOT)
-	# the scv module's docs and imports come from kubernetes.core, which ansible-test finds beside us
-	cp -r $$($(VENV)/bin/python -c 'import ansible_collections.kubernetes.core as c; print(list(c.__path__)[0])') \
-	  $(BUILD)/sanity/ansible_collections/kubernetes/
-	cd $(SANITY_ROOT) && git init -q && git add -A && \
-	  PATH=$(dir $(PYTHON)):$$PATH $(VENV)/bin/ansible-test sanity --venv --python $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])') --color no
+	tools/sanity $(VENV) $(PYTHON)
 
 .PHONY: lint
 # ansible-lint installs this collection into ~/.ansible/collections and keeps that copy while
@@ -176,65 +133,45 @@ unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 
 .PHONY: integration
 integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
-	SCV_GPU_ANSIBLE_VENVS="$(VENV)$(if $(COMPAT_PYTHON), $(COMPAT_VENV))" SCV_GPU_WHEELS=$(AGENT_WHEELS) \
-	  $(VENV)/bin/python -m pytest tests/integration --durations=20
+	SCV_GPU_WHEELS=$(AGENT_WHEELS) tools/integration $(VENV) $(if $(COMPAT_PYTHON),$(COMPAT_VENV))
 
-# Molecule scenarios in podman systemd containers; prepare-host installs podman and builds
-# the Debian image once, build-apt-repo the signed stand-in toolkit repository.
-APT_REPO := $(BUILD)/apt-repo
-MOLECULE_SCENARIOS := default container_toolkit_docker container_toolkit_containerd container_toolkit_containerd2 nvidia_driver_host nvidia_driver_secure_boot scv_agent
-DRIVER_REPO := $(BUILD)/driver-repo
-MOLECULE_CLUSTER_DIR := $(BUILD)/molecule-cluster
+# Molecule scenarios in podman systemd containers (root).
+MOLECULE_SCENARIOS := default container_toolkit_docker container_toolkit_containerd container_toolkit_containerd2 \
+	nvidia_driver_host nvidia_driver_secure_boot scv_agent
 .PHONY: molecule
 molecule: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
-	tests/molecule/prepare-host
-	tests/molecule/build-apt-repo $(APT_REPO)
-	header=$$(find $(VENV)/lib -path '*/nvidia/*/include/nvml.h' | head -n 1); \
-	  tests/molecule/build-driver-repo $(DRIVER_REPO) "$$(dirname "$$header")"
-	$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR) >/dev/null
-	$(VENV)/bin/python tests/control_plane.py start $(MOLECULE_CLUSTER_DIR)
-	trap '$(VENV)/bin/python tests/control_plane.py stop $(MOLECULE_CLUSTER_DIR)' EXIT; \
-	containerd2=$$(tools/containerd/build); export SCV_GPU_CONTAINERD2_DIR=$$containerd2; \
-	export SCV_GPU_APT_REPO=$(APT_REPO) SCV_GPU_DRIVER_REPO=$(DRIVER_REPO) SCV_GPU_COLLECTIONS=$(COLLECTIONS) \
-	  SCV_GPU_CLUSTER_DIR=$(MOLECULE_CLUSTER_DIR) SCV_GPU_SIMULATOR_DIR=$(SIM_DIR) \
-	  SCV_GPU_SCENARIOS=$(CURDIR)/tests/nvml_simulator/scenarios SCV_GPU_WHEELS=$(AGENT_WHEELS) \
-  SCV_GPU_PYTHON=$(VENV)/bin/python \
-	  PATH=$(VENV)/bin:$$PATH; \
-	export SCV_GPU_AGENT_KUBECONFIG=$$($(VENV)/bin/python tests/control_plane.py node-kubeconfig $(MOLECULE_CLUSTER_DIR) scv-agent-node); \
-	for scenario in $(MOLECULE_SCENARIOS); do \
-	  $(VENV)/bin/molecule test -s $$scenario || exit 1; \
-	done
+	tools/molecule $(MOLECULE_SCENARIOS)
 
-# The Scv agent's Python packages as wheels for Debian 12's Python 3.11: the molecule scenario and
-# the agent benchmark install from this folder, as an air-gapped site would.
+# The Scv agent's pinned packages (roles/scv_agent/files/requirements.txt) as wheels for Debian 12's
+# Python 3.11: the molecule scenario, the integration tests and the agent benchmarks install from here.
 AGENT_WHEELS := $(BUILD)/agent-wheels
 .PHONY: agent-wheels
 agent-wheels: $(VENV_STAMP)
-	$(VENV)/bin/pip download --quiet --dest $(AGENT_WHEELS) --only-binary=:all: --python-version 3.11 \
-	  --platform manylinux_2_17_$$(uname -m) --platform manylinux2014_$$(uname -m) \
-	  $$(sed -n '/^scv_agent_python_packages:/,/^[^ ]/s/^  - //p' roles/scv_agent/defaults/main.yml)
+	tools/agent-wheels $(VENV) $(AGENT_WHEELS)
 
 # ----------------------------------------------------------------- benchmark
 
+# Benchmarks import the test harness and the collection by name.
+BENCHMARK_PYTHON := PYTHONPATH=$(ROOT)/tests:$(COLLECTIONS) $(VENV)/bin/python
 .PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet \
 	benchmark-site-fleet
 benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet \
 	benchmark-site-fleet
 benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
-	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python benchmarks/gpu_facts.py
+	LD_LIBRARY_PATH=$(SIM_DIR) $(BENCHMARK_PYTHON) benchmarks/gpu_facts.py
 benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
-	$(VENV)/bin/python benchmarks/scv_publish.py
+	$(BENCHMARK_PYTHON) benchmarks/scv_publish.py
 benchmark-agent: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
-	$(VENV)/bin/python benchmarks/scv_agent.py --wheels $(AGENT_WHEELS)
+	$(BENCHMARK_PYTHON) benchmarks/scv_agent.py --wheels $(AGENT_WHEELS)
 benchmark-pod-resources: $(VENV_STAMP) $(COLLECTION_LINK)
-	$(VENV)/bin/python benchmarks/pod_resources.py
+	$(BENCHMARK_PYTHON) benchmarks/pod_resources.py
 # 50, 100 and 200 agents against one API server (about 30 minutes on 2 cores); FLEET_SIZES=10 for a short run.
 FLEET_SIZES ?= 50,100,200
 benchmark-fleet: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
-	$(VENV)/bin/python benchmarks/fleet.py --wheels $(AGENT_WHEELS) --sizes $(FLEET_SIZES)
+	$(BENCHMARK_PYTHON) benchmarks/fleet.py --wheels $(AGENT_WHEELS) --sizes $(FLEET_SIZES)
 # site.yml over an inventory of 100 local hosts with forks 10 and 50 (about 30 minutes on 2 cores).
 benchmark-site-fleet: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
-	$(VENV)/bin/python benchmarks/site_fleet.py
+	$(BENCHMARK_PYTHON) benchmarks/site_fleet.py
 
 .PHONY: clean distclean
 clean:
