@@ -1,94 +1,31 @@
-"""Runs the collection through the real ansible and ansible-playbook commands.
+"""Fixtures of the integration tests: the control plane, Ansible on each ansible-core line, the agent.
 
-SCV_GPU_ANSIBLE_VENVS lists the virtual environments to test with, one per
-ansible-core line (``make integration`` passes .venv and, where Python 3.11
-exists beside a newer Python, .venv-ansible-2.19). Every test runs once per
-environment.
+The ``ansible`` fixture gives each environment SCV_GPU_ANSIBLE_VENVS lists (harness/ansible.py);
+``make integration`` runs every test on the newest ansible-core line, then the tests marked
+``every_ansible_line`` on ansible-core 2.19.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from harness.agent import AgentProcess, install_agent, node_for
+from harness.ansible import Ansible, venvs
 from harness.control_plane import ControlPlane, install_scv_crd
-from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
 from harness.stalled_server import StalledServer
 
 
-def _venvs():
-    listed = os.environ.get("SCV_GPU_ANSIBLE_VENVS", "").split()
-    return [pathlib.Path(v).absolute() for v in listed] or [pathlib.Path(sys.prefix)]
+def pytest_collection_modifyitems(items):
+    """A test marked every_ansible_line that never runs Ansible would run twice for nothing."""
+    idle = [item.nodeid for item in items
+            if item.get_closest_marker("every_ansible_line") and "ansible" not in item.fixturenames]
+    if idle:
+        raise pytest.UsageError("marked every_ansible_line but not using the ansible fixture: %s" % ", ".join(idle))
 
 
-class Ansible:
-    """One virtual environment's ansible commands, run against localhost."""
-
-    def __init__(self, venv):
-        self.venv = venv
-        self.python = venv / "bin" / "python"
-        self.version = subprocess.run(
-            [str(self.python), "-c", "import ansible.release as r; print(r.__version__)"],
-            check=True, capture_output=True, text=True,
-        ).stdout.strip()
-
-    def env(self, scenario=None, simulator=True):
-        env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "NVMLSIM_CONFIG")}
-        env.update(ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_NOCOWS="1", ANSIBLE_FORCE_COLOR="0",
-                   ANSIBLE_LOCAL_TEMP=str(ROOT / "build" / "ansible-tmp"))
-        if simulator:
-            assert (SIMULATOR_DIR / "libnvidia-ml.so.1").is_file(), "build the simulator first: make simulator"
-            env["LD_LIBRARY_PATH"] = str(SIMULATOR_DIR)
-        if scenario:
-            # a name among the shipped scenarios, or the path of a copy a test may change
-            env["NVMLSIM_CONFIG"] = str(scenario if isinstance(scenario, pathlib.Path) else scenario_path(scenario))
-        return env
-
-    def module(self, args=None, scenario=None, simulator=True, check=False, interpreter=None,
-               name="scv.gpu.gpu_facts", diff=False):
-        """Runs a module ad hoc on localhost; returns (succeeded, result)."""
-        command = [
-            str(self.venv / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-            "-m", name,
-            "-e", "ansible_python_interpreter=%s" % (interpreter or self.python),
-        ]
-        if args:
-            command += ["-a", json.dumps(args)]
-        if check:
-            command.append("--check")
-        if diff:
-            command.append("--diff")
-        done = subprocess.run(command, env=self.env(scenario, simulator), capture_output=True, text=True, check=False)
-        self.last_output = done.stdout + done.stderr
-        head, sep, payload = done.stdout.partition(" => ")
-        assert sep, "unexpected ansible output:\n%s\n%s" % (done.stdout, done.stderr)
-        result, _end = json.JSONDecoder().raw_decode(payload)
-        return head.rsplit("\n", 1)[-1].endswith(("SUCCESS", "CHANGED")), result
-
-    def playbook(self, playbook, scenario, *extra):
-        command = [
-            str(self.venv / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-            "-e", "ansible_python_interpreter=%s" % self.python, str(ROOT / playbook),
-        ] + list(extra)
-        return subprocess.run(command, env=self.env(scenario), capture_output=True, text=True, check=False)
-
-
-def recap(stdout, host="localhost"):
-    """The PLAY RECAP counters of one host, as ints: {'ok': 3, 'changed': 1, ...}."""
-    for line in stdout.splitlines():
-        name, sep, counters = line.partition(" : ")
-        if sep and name.strip() == host and "ok=" in counters:
-            return {key: int(value) for key, value in (item.split("=") for item in counters.split())}
-    raise AssertionError("no PLAY RECAP line for %s in:\n%s" % (host, stdout))
-
-
-@pytest.fixture(scope="session", params=_venvs(), ids=lambda v: v.name)
+@pytest.fixture(scope="session", params=venvs(), ids=lambda v: v.name)
 def ansible(request):
     return Ansible(request.param)
 
@@ -147,7 +84,7 @@ def access(control_plane, tmp_path_factory):
         "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.scv_publish\n"
         "      vars:\n        scv_publish_kubeconfig: %s\n        scv_publish_state: absent\n"
         "        scv_publish_node_name: agent-access-check\n" % control_plane.admin_kubeconfig)
-    done = Ansible(_venvs()[0]).playbook(str(playbook), "titan_xp")
+    done = Ansible(venvs()[0]).playbook(str(playbook), "titan_xp")
     assert done.returncode == 0, done.stdout + done.stderr
     return control_plane
 

@@ -30,6 +30,7 @@ def test_a_stalled_server_fails_the_module_within_request_timeout(ansible, contr
     assert REQUEST_TIMEOUT <= took < 2 * REQUEST_TIMEOUT + 4, took
 
 
+@pytest.mark.every_ansible_line
 def test_request_timeout_must_be_positive(ansible, control_plane):
     ok, result = ansible.module({"name": "n", "gpu_facts": expected.TITAN_XP, "request_timeout": 0,
                                  "kubeconfig": str(control_plane.admin_kubeconfig)}, name="scv.gpu.scv")

@@ -9,9 +9,10 @@ from __future__ import annotations
 import pathlib
 import re
 
+import pytest
 import yaml
 
-from conftest import recap
+from harness.ansible import recap
 
 SOURCE = pathlib.Path("/etc/apt/sources.list.d/scv-gpu-test-source.sources")
 KEY = pathlib.Path("/etc/apt/keyrings/scv-gpu-test-source.asc")
@@ -35,6 +36,7 @@ def test_a_source_without_a_key_is_refused_before_anything_changes(ansible, tmp_
     assert not SOURCE.exists()
 
 
+@pytest.mark.every_ansible_line
 def test_a_bad_variable_fails_the_argument_spec(ansible, tmp_path):
     play = _play(tmp_path, apt_source_name="scv-gpu-test-source", apt_source_uris="not a list",
                  apt_source_suites=["bookworm"], apt_source_cache_valid_time="an hour")
@@ -44,6 +46,7 @@ def test_a_bad_variable_fails_the_argument_spec(ansible, tmp_path):
     assert not SOURCE.exists()
 
 
+@pytest.mark.every_ansible_line
 def test_check_mode_on_a_new_source_reports_and_writes_nothing(ansible, tmp_path):
     done = ansible.playbook(_play(tmp_path, apt_source_name="scv-gpu-test-source",
                                   apt_source_uris=["http://deb.example.invalid/debian"], apt_source_suites=["bookworm"],

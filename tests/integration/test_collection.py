@@ -17,7 +17,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import recap
+from harness.ansible import recap
 from harness.control_plane import install_scv_crd
 from harness.paths import ROOT
 
@@ -33,6 +33,7 @@ def _bundled_collections(ansible):
     return bundle, {"%s.%s" % (path.parent.parent.name, path.parent.name) for path in bundle.glob("*/*/MANIFEST.json")}
 
 
+@pytest.mark.every_ansible_line
 def test_galaxy_declares_every_collection_that_roles_playbooks_and_plugins_use(ansible):
     """Any name of a real collection in what the tarball ships (tests aside) must be a declared dependency."""
     _bundle, collections = _bundled_collections(ansible)
@@ -82,6 +83,7 @@ def _isolated_env(ansible, path, scenario):
     return env
 
 
+@pytest.mark.every_ansible_line
 def test_the_tarball_holds_no_development_files(installed):
     root = installed / "ansible_collections" / "scv" / "gpu"
     assert (root / "roles" / "scv_agent" / "tasks" / "present.yml").is_file()
@@ -90,6 +92,7 @@ def test_the_tarball_holds_no_development_files(installed):
         assert not (root / unwanted).exists(), unwanted
 
 
+@pytest.mark.every_ansible_line
 def test_site_in_check_mode_runs_from_the_installed_tarball(ansible, installed, control_plane, tmp_path):
     plane = control_plane
     install_scv_crd(plane)
@@ -111,6 +114,7 @@ def test_site_in_check_mode_runs_from_the_installed_tarball(ansible, installed, 
     assert plane.kubectl("get", "scv", node, check=False).returncode != 0
 
 
+@pytest.mark.every_ansible_line
 def test_module_defaults_carry_the_connection_through_the_action_group(ansible, installed, control_plane, tmp_path):
     plane = control_plane
     install_scv_crd(plane)

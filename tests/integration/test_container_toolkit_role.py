@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 
-from conftest import recap
+from harness.ansible import recap
 from harness.paths import ROOT
 
 CRIO_PLAY = """
@@ -48,6 +48,7 @@ def run_crio(ansible, tmp_path, *extra):
     return done, dropin
 
 
+@pytest.mark.every_ansible_line
 def test_crio_dropin_check_mode_writes_nothing(ansible, tmp_path):
     done, dropin = run_crio(ansible, tmp_path, "--check", "--diff")
     assert recap(done.stdout)["changed"] == 2
@@ -55,6 +56,7 @@ def test_crio_dropin_check_mode_writes_nothing(ansible, tmp_path):
     assert not dropin.parent.exists()
 
 
+@pytest.mark.every_ansible_line
 def test_crio_dropin_adds_runtime_then_changes_nothing(ansible, tmp_path):
     first, dropin = run_crio(ansible, tmp_path)
     assert recap(first.stdout)["changed"] == 2

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from conftest import recap
+from harness.ansible import recap
 from harness.control_plane import read_object
 from harness.label_expectations import LABELS
 from harness.pci_sysfs import add_function as add_pci_function
@@ -120,6 +120,7 @@ def test_a_node_without_a_driver_is_labelled_from_its_pci_bus(ansible, control_p
     assert not any("gpu/nvidia" in line for line in diff_lines(running.stdout, "-"))
 
 
+@pytest.mark.every_ansible_line
 def test_check_mode_reports_labels_without_writing(ansible, control_plane, tmp_path):
     plane = control_plane
     node = "labels-check-%s" % suffix(ansible)
@@ -149,6 +150,7 @@ FLAVORS = {
 }
 
 
+@pytest.mark.every_ansible_line
 @pytest.mark.parametrize("flavor", sorted(FLAVORS))
 def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control_plane, tmp_path, flavor):
     plane = control_plane
@@ -236,6 +238,7 @@ def test_the_mig_strategy_reaches_the_labels_and_the_plugin(ansible, control_pla
             {"name": "MIG_STRATEGY", "value": strategy}]
 
 
+@pytest.mark.every_ansible_line
 def test_an_unknown_mig_strategy_is_refused_before_anything_runs(ansible, control_plane, tmp_path):
     result = run(ansible, tmp_path, control_plane, "a100_mig", device_plugin_mig_strategy="mixd")
     assert result.returncode != 0

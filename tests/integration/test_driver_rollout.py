@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import recap
+from harness.ansible import recap
 from harness.control_plane import read_object
 from harness.pci_sysfs import add_function as add_pci_function
 from harness.paths import ROOT
@@ -94,6 +94,7 @@ def rollout(ansible, plane, tmp_path, standin_bin, hosts, *extra):
     return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
 
 
+@pytest.mark.every_ansible_line
 def test_rollout_stops_at_the_first_failure_and_leaves_foreign_cordons(
         ansible, control_plane, tmp_path, standin_bin):
     plane = control_plane
@@ -168,6 +169,7 @@ def test_a_rerun_after_the_fix_lifts_only_our_cordon(ansible, control_plane, tmp
     assert ANNOTATION not in (read_object(plane, "node", name)["metadata"].get("annotations") or {})
 
 
+@pytest.mark.every_ansible_line
 def test_node_cordon_check_mode_diff_and_rerun(ansible, control_plane):
     plane = control_plane
     name = "cordon-module-%s" % ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")

@@ -60,6 +60,7 @@ def bare_python(ansible, tmp_path_factory):
     return python
 
 
+@pytest.mark.every_ansible_line
 def test_without_nvidia_ml_py_fails_with_missing_required_lib(ansible, bare_python):
     ok, result = ansible.module(scenario="titan_xp", interpreter=bare_python)
     assert not ok
@@ -67,6 +68,7 @@ def test_without_nvidia_ml_py_fails_with_missing_required_lib(ansible, bare_pyth
     assert "ansible_facts" not in result
 
 
+@pytest.mark.every_ansible_line
 def test_check_mode_returns_the_same_facts(ansible):
     ok, result = ansible.module(scenario="titan_xp", check=True)
     assert ok, result
@@ -74,6 +76,7 @@ def test_check_mode_returns_the_same_facts(ansible):
     assert without_pci(result["ansible_facts"]["nvidia_gpu"]) == expected.TITAN_XP
 
 
+@pytest.mark.every_ansible_line
 def test_gather_subset_min(ansible):
     ok, result = ansible.module({"gather_subset": ["min"]}, scenario="a100_mig")
     assert ok, result
@@ -82,12 +85,14 @@ def test_gather_subset_min(ansible):
     assert card["bandwidth"] == 31504 and card["health"] == "Healthy"
 
 
+@pytest.mark.every_ansible_line
 def test_bad_gather_subset_is_rejected(ansible):
     ok, result = ansible.module({"gather_subset": ["everything"]}, scenario="titan_xp")
     assert not ok
     assert result["msg"].startswith("gather_subset: unknown value(s) everything;")
 
 
+@pytest.mark.every_ansible_line
 def test_bad_option_type_is_rejected(ansible):
     ok, result = ansible.module({"gather_subset": "all", "no_such_option": 1}, scenario="titan_xp")
     assert not ok
@@ -98,6 +103,7 @@ def _table(output):
     return re.findall(r'^\s+"(.*)",?$', output, re.MULTILINE)
 
 
+@pytest.mark.every_ansible_line
 def test_playbook_prints_the_table(ansible):
     done = ansible.playbook("playbooks/gpu_facts.yml", "titan_xp")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -125,6 +131,7 @@ def test_playbook_without_driver_says_why(ansible):
     assert _table(done.stdout) == ["No GPUs readable: " + expected.DRIVER_NOT_LOADED["nvml_error"]]
 
 
+@pytest.mark.every_ansible_line
 def test_module_documentation_loads(ansible):
     done = subprocess.run([str(ansible.venv / "bin" / "ansible-doc"), "-t", "module", "scv.gpu.gpu_facts"],
                           env=ansible.env(), capture_output=True, text=True, check=False)

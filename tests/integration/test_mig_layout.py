@@ -36,6 +36,7 @@ def layout_of(path):
     return found
 
 
+@pytest.mark.every_ansible_line
 def test_applies_reruns_unchanged_and_the_facts_follow(ansible, tmp_path):
     path = copy(tmp_path, "h100_mig_empty")
     ok, result = ansible.module({"layout": ALL_1G}, scenario=path, name="scv.gpu.mig_layout")
@@ -52,6 +53,7 @@ def test_applies_reruns_unchanged_and_the_facts_follow(ansible, tmp_path):
     assert len({device["uuid"] for device in devices}) == 7
 
 
+@pytest.mark.every_ansible_line
 def test_check_mode_and_diff_show_the_change_and_write_nothing(ansible, tmp_path):
     path = copy(tmp_path, "h100_mig_mixed")
     before = path.read_text()

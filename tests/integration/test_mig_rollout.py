@@ -14,7 +14,9 @@ import shutil
 import subprocess
 import threading
 
-from conftest import recap
+import pytest
+
+from harness.ansible import recap
 from harness.control_plane import read_object
 from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
@@ -85,6 +87,7 @@ def rollout(ansible, plane, tmp_path, hosts, *extra):
     return subprocess.run(command, env=ansible.env(), capture_output=True, text=True, check=False)
 
 
+@pytest.mark.every_ansible_line
 def test_a_rollout_stops_at_the_first_failure_and_keeps_that_node_cordoned(ansible, control_plane, tmp_path):
     plane = control_plane
     tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")

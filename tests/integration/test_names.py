@@ -58,6 +58,7 @@ def test_the_agent_refuses_a_bad_node_name_from_the_environment(agent_command, m
     assert "node-name from the default: 'GPU_Node_7' cannot be used" in done.stderr
 
 
+@pytest.mark.every_ansible_line
 @pytest.mark.parametrize("role, variable", [("scv_agent", "scv_agent_node_name"),
                                             ("mig_layout", "mig_layout_node_name"),
                                             ("device_plugin", "device_plugin_node_name")])
@@ -91,6 +92,7 @@ def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansibl
     assert "changed=0" in done.stdout.split("PLAY RECAP")[1]
 
 
+@pytest.mark.every_ansible_line
 @pytest.mark.parametrize("role, variables, expected", [
     ("apt_source", {"apt_source_cache_valid_time": -5, "apt_source_name": "site",
                     "apt_source_uris": ["http://deb.example.com/debian"], "apt_source_suites": ["bookworm"]},

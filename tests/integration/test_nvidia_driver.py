@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import recap
+from harness.ansible import recap
 from harness.control_plane import read_object
 from harness.kernel_modules import compile_module
 from harness.pci_sysfs import add_function as add_pci_function
@@ -51,6 +51,7 @@ def daemonset_vars(plane, name, **extra):
     return json.dumps(settings)
 
 
+@pytest.mark.every_ansible_line
 def test_daemonset_check_mode_creates_nothing_then_apply_then_no_change(ansible, control_plane, tmp_path):
     plane = control_plane
     name = "driver-installer-%s" % ansible.venv.name.strip(".")
@@ -125,6 +126,7 @@ def test_daemonset_without_an_installer_image_says_what_to_set(ansible, control_
     assert read_object(control_plane, "daemonset", "no-image", namespace="kube-system", missing_ok=True) is None
 
 
+@pytest.mark.every_ansible_line
 def test_bad_variables_are_rejected_before_any_task(ansible, tmp_path):
     play = tmp_path / "daemonset.yml"
     play.write_text(DAEMONSET_PLAY)
@@ -145,6 +147,7 @@ def sysfs(tmp_path):
     return root
 
 
+@pytest.mark.every_ansible_line
 def test_info_reads_sysfs_and_nvml(ansible, sysfs):
     ok, result = ansible.module({"sysfs": str(sysfs), "package": "scv-gpu-no-such-package"}, scenario="titan_xp",
                                 name="scv.gpu.nvidia_driver_info")

@@ -30,6 +30,7 @@ def publish(ansible, plane, name, facts, kubeconfig=None, check=False, diff=Fals
     return ansible.module(args, name="scv.gpu.scv", check=check, diff=diff)
 
 
+@pytest.mark.every_ansible_line
 def test_publish_creates_then_rerun_writes_nothing(ansible, scv_crd, api_requests):
     plane, name = scv_crd, node_name(ansible, "first-publish")
     ok, result = publish(ansible, plane, name, expected.TITAN_XP)
@@ -129,6 +130,7 @@ def test_spec_someone_changed_is_kept_unless_forced(ansible, scv_crd):
     assert read_object(plane, "scv", name)["spec"]["updateInterval"] == 1000
 
 
+@pytest.mark.every_ansible_line
 def test_check_mode_uses_server_side_dry_run(ansible, scv_crd, api_requests):
     plane, name = scv_crd, node_name(ansible, "check")
     before = api_requests.snapshot()
@@ -220,6 +222,7 @@ def test_invalid_status_is_rejected_naming_the_field(ansible, scv_crd):
     assert "status.cardList[0].health" in str(error.value)
 
 
+@pytest.mark.every_ansible_line
 def test_bad_facts_fail_before_any_request(ansible, scv_crd, api_requests):
     plane, name = scv_crd, node_name(ansible, "bad-facts")
     before = api_requests.snapshot()
@@ -298,6 +301,7 @@ def test_conflict_is_retried(scv_crd, monkeypatch):
     assert read_object(plane, "scv", name)["status"]["cardList"][0]["freeMemory"] == 1
 
 
+@pytest.mark.every_ansible_line
 def test_module_documentation_loads(ansible):
     import subprocess
 
@@ -359,6 +363,7 @@ def test_control_plane_authorizers(control_plane):
     assert "validatingadmissionpolicies.admissionregistration.k8s.io" in resources.split()
 
 
+@pytest.mark.every_ansible_line
 def test_role_publishes_and_a_second_run_changes_nothing(ansible, scv_crd, tmp_path):
     plane = scv_crd
     name = node_name(ansible, "role")
@@ -373,6 +378,7 @@ def test_role_publishes_and_a_second_run_changes_nothing(ansible, scv_crd, tmp_p
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", second.stdout), second.stdout
 
 
+@pytest.mark.every_ansible_line
 def test_role_rejects_bad_variables_before_anything_runs(ansible, scv_crd, api_requests):
     plane = scv_crd
     before = api_requests.snapshot()

@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-from conftest import recap
+from harness.ansible import recap
 from harness.control_plane import install_scv_crd, read_object
 
 INVENTORY = """
@@ -34,6 +34,7 @@ def inventory(tmp_path, plane, node):
     return str(path)
 
 
+@pytest.mark.every_ansible_line
 def test_site_publishes_labels_deploys_and_a_second_run_changes_nothing(ansible, scv_crd, tmp_path):
     plane = scv_crd
     node = "site-node-%s" % ansible.version.replace(".", "-")
@@ -58,6 +59,7 @@ def test_site_publishes_labels_deploys_and_a_second_run_changes_nothing(ansible,
     assert recap(second.stdout)["changed"] == 0, second.stdout
 
 
+@pytest.mark.every_ansible_line
 def test_site_host_stages_in_check_mode_leave_this_machine_alone(ansible, scv_crd, tmp_path):
     plane = scv_crd
     node = "site-check-%s" % ansible.version.replace(".", "-")
@@ -90,6 +92,7 @@ def test_drift_refuses_what_it_cannot_read_instead_of_saying_no_drift(ansible, c
     assert "no drift" not in done.stdout
 
 
+@pytest.mark.every_ansible_line
 def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tmp_path):
     plane = scv_crd
     node = "drift-node-%s" % ansible.version.replace(".", "-")
