@@ -84,8 +84,8 @@ def test_missing_file_starts_from_containerd_defaults(capsys, containerd, tmp_pa
 
 def test_check_mode_and_diff_write_nothing(capsys, containerd, site_config):
     before = site_config.read_bytes()
-    code, result = run_module(capsys, containerd_runtime, dict(path=str(site_config), containerd=str(containerd),
-                                    _ansible_check_mode=True, _ansible_diff=True))
+    args = dict(path=str(site_config), containerd=str(containerd), _ansible_check_mode=True, _ansible_diff=True)
+    code, result = run_module(capsys, containerd_runtime, args)
     assert code == 0 and result["changed"] is True
     assert site_config.read_bytes() == before
     assert result["diff"]["before"] == before.decode()

@@ -155,8 +155,8 @@ def test_extra_settings_merge(capsys, paths):
     path, _units = paths
     path.parent.mkdir()
     path.write_text('{"log-opts": {"max-file": "3"}, "default-runtime": "crun"}')
-    code, result = run_module(capsys, docker_daemon_config, args_for(paths, default_runtime=False,
-                                        settings={"log-opts": {"max-size": "100m"}, "storage-driver": "overlay2"}))
+    settings = {"log-opts": {"max-size": "100m"}, "storage-driver": "overlay2"}
+    code, result = run_module(capsys, docker_daemon_config, args_for(paths, default_runtime=False, settings=settings))
     assert code == 0, result
     assert json.loads(path.read_text()) == {
         "log-opts": {"max-file": "3", "max-size": "100m"}, "default-runtime": "crun",

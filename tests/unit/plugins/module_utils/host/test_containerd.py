@@ -155,7 +155,7 @@ def test_imports_resolve_like_containerd(tmp_path):
 
 def test_a_relative_glob_of_a_version_2_file_also_matches_from_the_root(tmp_path):
     """containerd 1.6 expanded it from its working directory, / under systemd."""
-    absolute = [entry for entry in resolve_imports(str(tmp_path / "config.toml"), ["etc/host*"], version=2)]
+    absolute = list(resolve_imports(str(tmp_path / "config.toml"), ["etc/host*"], version=2))
     assert "/etc/hostname" in absolute or "/etc/hosts" in absolute
     assert resolve_imports(str(tmp_path / "config.toml"), ["etc/host*"], version=3) == []
 
