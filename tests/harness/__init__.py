@@ -10,6 +10,7 @@
   containerd and a device plugin;
 - ``containerd``: Debian's containerd, and generated configs read back by a containerd binary;
 - ``in_process``: ``run_module``, a module's main() in this process;
+- ``ansible``: the ``ansible`` and ``ansible-playbook`` commands of one ansible-core line, and ``recap``;
 - ``pci_sysfs`` and ``kernel_modules``: sysfs PCI trees and kernel modules built for a test;
 - ``yoda_scheduler``: the Yoda scheduler's reading of an Scv;
 - ``scenario_expectations`` and ``label_expectations``: what each simulator scenario must give, worked out by hand.
