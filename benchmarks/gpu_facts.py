@@ -1,7 +1,7 @@
 """Benchmark of gpu_facts's collection work on the NVML simulator.
 
 Measures, for 1, 8 and 64 simulated GPUs (H100 SXM cards), the wall time of
-one collection (module_utils.nvml.reader.collect, no Ansible start-up), per GPU, and
+one collection (module_utils.nvml.collect.collect, no Ansible start-up), per GPU, and
 the NVML calls it makes per GPU, for gather_subset=all and =min, and the same
 for one read of the agent's long-lived NVML session after its first; each on
 the simulator's real-cost model (what each call costs on a real H100) and on
