@@ -76,6 +76,12 @@ def test_sighup_reads_the_file_again_applies_what_it_can_and_says_what_waits(acc
         agent.wait_for(lambda: "SIGHUP: keeping the configuration in use: log-level from the file" in
                        agent.log.read_text(), 5)
         assert agent.process.poll() is None and agent.metrics()["scv_agent_reloads_total"] == 1
+        settings.write_bytes(b"log-level: D\xc9BUG\n")                   # Latin-1, not UTF-8
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: "SIGHUP: keeping the configuration in use: the configuration file %s is not UTF-8 "
+                       "text" % settings in agent.log.read_text(), 5)
+        assert agent.process.poll() is None and agent.metrics()["scv_agent_ticks_total"] >= 1
+        assert "Traceback" not in agent.log.read_text()
     finally:
         agent.stop()
 
@@ -120,6 +126,22 @@ def test_a_bad_flag_is_refused_before_anything_starts(agent_command):
     assert "log-level from the flag --log-level: 'verbose' cannot be used: expected one of DEBUG" in done.stderr
     assert "metrics-address from the flag --metrics-address: '0.0.0.0' cannot be used: expected host:port" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_unreadable_file_or_a_misspelt_variable_is_refused_at_start(agent_command, tmp_path):
+    settings = tmp_path / "agent.yml"
+    settings.write_bytes(b"log-level: D\xc9BUG\n")
+    environ = dict(os.environ, SCV_GPU_AGENT_WATCH_TIMOUT="30")
+    done = subprocess.run(agent_command + ["--config", str(settings)], env=environ,
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "the configuration file %s is not UTF-8 text (byte 12: invalid continuation byte)" % settings in done.stderr
+    settings.write_text("log-level: DEBUG\n")
+    done = subprocess.run(agent_command + ["--config", str(settings)], env=environ,
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert ("the environment variable SCV_GPU_AGENT_WATCH_TIMOUT names no setting (did you mean "
+            "SCV_GPU_AGENT_WATCH_TIMEOUT?)") in done.stderr
 
 
 def test_sighup_reads_the_kubeconfig_again_and_says_so(access, agent_command, node, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -104,6 +105,12 @@ def test_a_counters_file_chooses_the_series(access, agent_command, tmp_path):
         assert served == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED"}
         log = agent.log.read_text()
         assert "DCGM_FI_DEV_POWER_VIOLATION" in log and "does not serve" in log
+        counters.write_text("# every line left out\n")              # a file naming nothing serves nothing
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: agent.metrics()["scv_agent_reloads_total"] == 1, 10)
+        assert not [line for line in agent.metrics_text().splitlines() if line.startswith("DCGM_")]
+        assert "names no series this agent serves: no DCGM series is served" in agent.log.read_text()
+        assert 'scv_gpu_healthy{' in agent.metrics_text()            # the agent's own series stay
     finally:
         agent.stop()
         plane.kubectl("delete", "node", node, "--ignore-not-found")

@@ -14,6 +14,7 @@ the file again; settings marked reloadable take effect at once, the others at th
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -56,19 +57,35 @@ def _bounded(kind, minimum, maximum):
     return convert
 
 
-def _counters_file(text):
-    """A counters file in dcgm-exporter's CSV format ('' for none), read to check it."""
-    path = str(text)
-    if path:
-        try:
-            metrics.read_counters_file(path)
-        except OSError as error:
-            raise ValueError("cannot read %s: %s" % (path, error.strerror))
-    return path
+def _path(value):
+    """A file's path ('' for none): text, never a mapping, list or number read as a file name."""
+    if not isinstance(value, str):
+        raise ValueError("expected a file path (or '' for none), got %s" % _kind(value))
+    if "\0" in value:
+        raise ValueError("a file path cannot hold a NUL character")
+    return value
+
+
+def _kind(value):
+    """What a value from YAML or JSON is, in their words."""
+    if value is None:
+        return "null (nothing)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+
+
+def _counters_file(value):
+    """A counters file in dcgm-exporter's CSV format ('' for none); read by ``load``, once, into ``Config``."""
+    return _path(value)
 
 
 def _log_level(text):
-    level = str(text).upper()
+    if not isinstance(text, str):
+        raise ValueError("expected one of %s, got %s" % (", ".join(LOG_LEVELS), _kind(text)))
+    level = text.upper()
     if level not in LOG_LEVELS:
         raise ValueError("expected one of %s" % ", ".join(LOG_LEVELS))
     return level
@@ -76,7 +93,8 @@ def _log_level(text):
 
 def _address(text):
     """``host:port`` (an empty host means 127.0.0.1); '' turns the endpoint off."""
-    text = str(text)
+    if not isinstance(text, str):
+        raise ValueError("expected host:port (for example 127.0.0.1:9400), got %s" % _kind(text))
     if not text:
         return ""
     host, sep, port = text.rpartition(":")
@@ -96,7 +114,9 @@ def _xid_actions(value):
 
 def _node_name(text):
     """A Node's name as the API server checks it, so that no request is built from a name it refuses."""
-    problem = node_name_problem(str(text))
+    if not isinstance(text, str):
+        raise ValueError("expected a Kubernetes node name, got %s" % _kind(text))
+    problem = node_name_problem(text)
     if problem:
         raise ValueError(problem)
     return str(text)
@@ -112,7 +132,7 @@ def _no_xid_actions(_environ):
 
 # (name, convert, default, reloadable, help); the default may be a function of the environment.
 OPTIONS = (
-    ("kubeconfig", str, "/etc/kubernetes/kubelet.conf", False,
+    ("kubeconfig", _path, "/etc/kubernetes/kubelet.conf", False,
      "kubeconfig to authenticate with (default: the kubelet's, so the node writes as itself)"),
     ("node-name", _node_name, _node_name_default, False, "the Kubernetes node name (default: $NODE_NAME, else the host name)"),
     ("default-interval", _bounded(int, 100, 3600000), DEFAULT_UPDATE_INTERVAL_MS, True,
@@ -139,12 +159,12 @@ OPTIONS = (
      "built-in table (flag: --xid-action XID=ACTION, repeated)"),
     ("xid-hold", _bounded(float, 0, 86400), 600.0, True,
      "seconds an XID that calls for a reset or reboot keeps its card Unhealthy (0: until NVML is initialised again)"),
-    ("taint-kubeconfig", str, "", False,
+    ("taint-kubeconfig", _path, "", False,
      "kubeconfig of an identity allowed to taint Nodes (a node's own is not): with it, the agent puts "
      "scv.gpu/gpu-unhealthy:NoSchedule on its Node while GPUHealthy is False (off when empty)"),
     ("metrics-address", _address, "", False,
      "host:port for Prometheus metrics (/metrics) and the health check (/healthz); off when empty"),
-    ("pod-resources-socket", str, "", False,
+    ("pod-resources-socket", _path, "", False,
      "the kubelet's pod-resources socket (usually /var/lib/kubelet/pod-resources/kubelet.sock): with it, GPU series "
      "carry the pod, namespace and container that hold the GPU, as dcgm-exporter's do (off when empty)"),
     ("pod-resources-interval", _bounded(float, 1, 3600), 10.0, True,
@@ -185,6 +205,9 @@ def read_file(path):
             text = handle.read()
     except OSError as error:
         raise ConfigError("cannot read the configuration file %s: %s" % (path, error.strerror)) from error
+    except UnicodeDecodeError as error:
+        raise ConfigError("the configuration file %s is not UTF-8 text (byte %d: %s); write it as UTF-8"
+                          % (path, error.start, error.reason)) from error
     try:
         import yaml
     except ImportError:
@@ -210,12 +233,25 @@ def read_file(path):
     return settings
 
 
-class Config:
-    """The effective settings (``values``) and where each came from (``sources``)."""
+def unknown_variables(environ):
+    """Refusals for each ``SCV_GPU_AGENT_*`` variable that names no setting (a misspelling would be ignored)."""
+    known = {env_name(name): name for name in ("config",) + NAMES}
+    problems = []
+    for variable in sorted(name for name in environ if name.startswith(ENV_PREFIX) and name not in known):
+        close = difflib.get_close_matches(variable, known, n=1)
+        problems.append("the environment variable %s names no setting%s; known: %s" % (
+            variable, " (did you mean %s?)" % close[0] if close else "", ", ".join(sorted(known))))
+    return problems
 
-    def __init__(self, values, sources):
+
+class Config:
+    """The effective settings (``values``), where each came from (``sources``), and what the counters file
+    names (``counters``: the served DCGM series and those it names that the agent lacks; None: no file)."""
+
+    def __init__(self, values, sources, counters=None):
         self.values = values
         self.sources = sources
+        self.counters = counters
 
     def __getitem__(self, name):
         return self.values[name]
@@ -235,7 +271,7 @@ def load(flags, environ=None):
     environ = os.environ if environ is None else environ
     path = flags.get("config") or environ.get(env_name("config")) or None
     from_file = read_file(path) if path else {}
-    values, sources, problems = {}, {}, []
+    values, sources, problems = {}, {}, unknown_variables(environ)
     for name, convert, default, _reloadable, _text in OPTIONS:
         if name in flags:
             raw, source = flags[name], "flag --%s" % ("xid-action" if name == "xid-actions" else name)
@@ -253,9 +289,26 @@ def load(flags, environ=None):
         except (TypeError, ValueError) as error:
             problems.append("%s from the %s: %r cannot be used: %s" % (name, source, raw, error))
         sources[name] = source
+    counters = None
+    if not problems and values["counters-file"]:
+        counters = _read_counters(values["counters-file"], sources["counters-file"], problems)
     if problems:
         raise ConfigError("; ".join(problems))
-    return Config(values, sources)
+    return Config(values, sources, counters)
+
+
+def _read_counters(path, source, problems):
+    """(served, unknown) of the counters file at ``path``; a problem appended when it cannot be used."""
+    try:
+        return metrics.read_counters_file(path)
+    except OSError as error:
+        problem = "cannot read %s: %s" % (path, error.strerror)
+    except UnicodeDecodeError as error:
+        problem = "%s is not UTF-8 text (byte %d: %s)" % (path, error.start, error.reason)
+    except ValueError as error:
+        problem = str(error)
+    problems.append("counters-file from the %s: %r cannot be used: %s" % (source, path, problem))
+    return None
 
 
 def reloadable(name):

@@ -56,11 +56,14 @@ def apply(agent, config):
     agent.session.static_refresh_s = config["static-refresh"]
     agent.session.slow.interval_s = config["counters-interval"]
     agent.dcgm_series = None
-    if config["counters-file"]:
-        agent.dcgm_series, unknown = metrics.read_counters_file(config["counters-file"])
+    if config.counters is not None:   # read and checked once, by configuration.load
+        agent.dcgm_series, unknown = config.counters
         if unknown:
             LOG.warning("%s names series this agent does not serve (left out): %s", config["counters-file"],
                         ", ".join(unknown))
+        if not agent.dcgm_series:
+            LOG.warning("%s names no series this agent serves: no DCGM series is served (name some, or leave "
+                        "counters-file empty to serve every one)", config["counters-file"])
     # What no series serves is not read: the energy alone costs 4.3 ms a GPU on an H100.
     agent.session.slow.wanted = metrics.served_fields(agent.dcgm_series)
     agent.xid_policy.actions = dict(config["xid-actions"])

@@ -163,7 +163,7 @@ class SnapshotCollector:
         snapshot = self.snapshot()
         node = snapshot["node"]
         cards = (snapshot["facts"] or {}).get("cardList") or []
-        served = snapshot.get("served") or SERVED
+        served = SERVED if snapshot.get("served") is None else snapshot["served"]   # a file may name none
         driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
         labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
         pods = snapshot.get("pods")

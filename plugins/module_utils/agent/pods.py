@@ -52,7 +52,8 @@ class PodAttribution(threading.Thread):
         self.holders = {}
         self.refreshes, self.failures = 0, 0
         self.problem = None
-        self._mig_parents = {}    # MIG device UUID: its GPU's UUID (None: NVML does not know it)
+        self._mig_parents = {}    # MIG device UUID: its GPU's UUID (None: not on this node, see resolve)
+        self._resolved = None     # (holders, generation) that _mig_parents was worked out for
         self._lock = threading.Lock()
 
     def run(self):
@@ -61,14 +62,19 @@ class PodAttribution(threading.Thread):
             self.stopping.wait(self.interval_s)
 
     def refresh(self):
+        """One question to the kubelet. Whatever goes wrong (an answer not even the decoder foresaw included)
+        clears every pod label and is asked again at the next interval: the thread never ends early."""
         try:
             holders = device_holders(self.lister(self.socket_path, self.timeout_s))
-        except PodResourcesError as error:
+        except Exception as error:  # pylint: disable=broad-exception-caught
             holders = {}
             self.failures += 1
-            if str(error) != self.problem:
-                LOG.warning("pod labels left off GPU series: %s", error)
-            self.problem = str(error)
+            problem = str(error) if isinstance(error, PodResourcesError) else (
+                "the kubelet's pod-resources answer could not be read (%s: %s)" % (type(error).__name__, error))
+            if problem != self.problem:
+                LOG.warning("pod labels left off GPU series: %s", problem,
+                            exc_info=not isinstance(error, PodResourcesError))
+            self.problem = problem
         else:
             if self.problem is not None:
                 LOG.info("pod labels back on GPU series: the kubelet's pod-resources API answers again")
@@ -77,17 +83,28 @@ class PodAttribution(threading.Thread):
             self.holders = holders
         self.refreshes += 1
 
-    def resolve(self, parent_of):
+    def resolve(self, parent_of, generation=0):
         """Learns the GPU of each MIG device a pod holds with ``parent_of(mig uuid)`` (a GPU UUID, or None),
-        in the thread that reads NVML; forgets the devices no pod holds any more."""
+        in the thread that reads NVML; forgets the devices no pod holds any more.
+
+        A device NVML does not know here (another node's, or one of a layout not made yet) is remembered as
+        foreign, and asked about again only when ``generation`` changes: the agent passes the count of its
+        static reads, which a SIGHUP, a new NVML session and the static refresh interval move on. A busy
+        kubelet naming thousands of such devices then costs NVML nothing at a tick."""
         with self._lock:
-            held = [device for device in self.holders if device.startswith(MIG_PREFIX)]
-            known = {device: self._mig_parents[device] for device in held if self._mig_parents.get(device)}
+            holders = self.holders
+            if self._resolved is not None and self._resolved[0] is holders and self._resolved[1] == generation:
+                return
+            fresh = self._resolved is None or self._resolved[1] != generation
+            held = [device for device in holders if device.startswith(MIG_PREFIX)]
+            known = {device: self._mig_parents[device] for device in held
+                     if device in self._mig_parents and not (fresh and self._mig_parents[device] is None)}
         for device in held:
             if device not in known:
                 known[device] = parent_of(device)
         with self._lock:
             self._mig_parents = known
+            self._resolved = (holders, generation)
 
     def counters(self):
         return {"scv_agent_pod_resources_reads": self.refreshes, "scv_agent_pod_resources_failures": self.failures}

@@ -75,7 +75,7 @@ class Readings:
             self._keep_telemetry(facts.get("cardList") or [], "telemetry" in subsets)
             self.xid_policy.apply(facts, self.session.xids, self.session.clock())
             if self.pods is not None:
-                self.pods.resolve(mig_parent)
+                self.pods.resolve(mig_parent, self.session.static_reads)
             self._facts = facts
             return facts
 

@@ -93,3 +93,76 @@ def test_changed_names_what_differs_and_only_some_settings_reload():
     before, after = load([], {"NODE_NAME": "a"}), load(["--default-interval", "500"], {"NODE_NAME": "b"})
     assert before.changed(after) == ["node-name", "default-interval"]
     assert config.reloadable("default-interval") and not config.reloadable("node-name")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"log-level: \xff\xfeDEBUG\n", "is not UTF-8 text (byte 11: invalid start byte); write it as UTF-8"),
+    (b"\x00\x01\x02", "is not YAML"),
+], ids=["latin-1", "binary"])
+def test_a_file_that_is_not_text_is_refused_naming_it(tmp_path, content, message):
+    path = tmp_path / "agent.yml"
+    path.write_bytes(content)
+    with pytest.raises(config.ConfigError) as refused:
+        load(["--config", str(path)])
+    assert message in str(refused.value) and str(path) in str(refused.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("kubeconfig: {path: /etc/k.conf}", "kubeconfig from the file %s: {'path': '/etc/k.conf'} cannot be used: "
+                                        "expected a file path (or '' for none), got a mapping"),
+    ("pod-resources-socket: [/a, /b]", "expected a file path (or '' for none), got a list"),
+    ("taint-kubeconfig:", "taint-kubeconfig from the file %s: None cannot be used: expected a file path (or '' "
+                          "for none), got null (nothing)"),
+    ("counters-file: 5", "counters-file from the file %s: 5 cannot be used: expected a file path"),
+    ("log-level: {debug: true}", "log-level from the file %s: {'debug': True} cannot be used: expected one of DEBUG"),
+    ("metrics-address: 9400", "metrics-address from the file %s: 9400 cannot be used: expected host:port"),
+    ("node-name: [a]", "expected a Kubernetes node name, got a list"),
+])
+def test_a_mapping_list_or_number_where_a_text_belongs_is_refused_not_read_as_a_name(tmp_path, text, message):
+    path = tmp_path / "agent.yml"
+    path.write_text(text + "\n")
+    with pytest.raises(config.ConfigError) as refused:
+        load(["--config", str(path)], {"NODE_NAME": "gpu-1"})
+    assert message.replace("%s", str(path)) in str(refused.value)
+
+
+def test_a_misspelt_environment_variable_is_refused_with_the_name_it_resembles():
+    with pytest.raises(config.ConfigError) as refused:
+        load([], {"NODE_NAME": "gpu-1", "SCV_GPU_AGENT_DEFAULT_INTERVALL": "500", "SCV_GPU_AGENT_LOGLEVEL": "DEBUG"})
+    message = str(refused.value)
+    assert ("the environment variable SCV_GPU_AGENT_DEFAULT_INTERVALL names no setting (did you mean "
+            "SCV_GPU_AGENT_DEFAULT_INTERVAL?)") in message
+    assert "SCV_GPU_AGENT_LOGLEVEL names no setting (did you mean SCV_GPU_AGENT_LOG_LEVEL?)" in message
+    assert "known: SCV_GPU_AGENT_API_BURST" in message
+    assert load([], {"NODE_NAME": "gpu-1", "SCV_GPU_AGENT_CONFIG": "", "SCV_GPU_AGENT_LOG_LEVEL": "debug"})[
+        "log-level"] == "DEBUG"
+
+
+@pytest.mark.parametrize("text, served, unknown", [
+    ("", frozenset(), []),
+    ("# only a comment\n\n", frozenset(), []),
+    ("DCGM_FI_DEV_NOT_A_SERIES, gauge, made up.\n", frozenset(), ["DCGM_FI_DEV_NOT_A_SERIES"]),
+    ("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_NOT_A_SERIES, gauge, made up.\n",
+     frozenset({"DCGM_FI_DEV_GPU_TEMP"}), ["DCGM_FI_DEV_NOT_A_SERIES"]),
+], ids=["empty", "comments", "unknown-only", "one-known"])
+def test_a_counters_file_is_read_once_and_names_what_is_served_even_nothing(tmp_path, text, served, unknown):
+    path = tmp_path / "counters.csv"
+    path.write_text(text)
+    settings = load(["--counters-file", str(path)], {"NODE_NAME": "gpu-1"})
+    assert settings.counters == (served, unknown)
+    assert load([], {"NODE_NAME": "gpu-1"}).counters is None
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"DCGM_FI_DEV_GPU_TEMP, gauge, \xb0C\n", "is not UTF-8 text (byte 29: invalid start byte)"),
+    (b"temperature\n", "line 1: 'temperature' is not 'DCGM_FI_..., gauge|counter|label, help text'"),
+    (None, "No such file or directory"),
+], ids=["latin-1", "not-csv", "missing"])
+def test_a_counters_file_that_cannot_be_read_is_refused_naming_it(tmp_path, content, message):
+    path = tmp_path / "counters.csv"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(config.ConfigError) as refused:
+        load([], {"NODE_NAME": "gpu-1", "SCV_GPU_AGENT_COUNTERS_FILE": str(path)})
+    assert ("counters-file from the environment SCV_GPU_AGENT_COUNTERS_FILE: %r cannot be used" % str(path)
+            in str(refused.value)) and message in str(refused.value)

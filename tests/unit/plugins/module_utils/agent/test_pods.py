@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -41,12 +42,32 @@ def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
 
     pods.resolve(parent)
     assert pods.by_card(CARDS) == {0: [("p", "ns", "c")], 1: [("m", "ns", "c")], 2: [("q", "ns", "c")]}
-    pods.resolve(parent)                 # known parents are not asked again; unknown ones are
+    pods.refresh()
+    pods.resolve(parent)                 # neither a known parent nor a foreign device is asked again
+    assert asked == ["MIG-x", "MIG-y"]
+    pods.resolve(parent, generation=1)   # the static readings were read again: foreign devices are asked again
     assert asked == ["MIG-x", "MIG-y", "MIG-y"]
     answers[0] = []
     pods.refresh()
-    pods.resolve(parent)
+    pods.resolve(parent, generation=1)
     assert pods.by_card(CARDS) == {} and pods._mig_parents == {}
+
+
+def test_thousands_of_foreign_devices_are_asked_about_once_not_at_every_tick():
+    foreign = ["MIG-%05d" % number for number in range(10000)]
+    answer = [held("busy", "c", "nvidia.com/mig-1g.10gb", *foreign), held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x")]
+    pods = PodAttribution("/none", 10, threading.Event(), lister=lambda _path, _timeout: answer)
+    asked = []
+
+    def parent(uuid):
+        asked.append(uuid)
+        return {"MIG-x": "GPU-1"}.get(uuid)
+
+    for _tick in range(5):
+        pods.resolve(parent)
+        if _tick % 2 == 0:
+            pods.refresh()               # the kubelet's answer comes anew, unchanged
+    assert len(asked) == 10001 and pods.by_card(CARDS) == {1: [("m", "ns", "c")]}
 
 
 def test_a_failing_kubelet_drops_every_label_and_is_logged_once_until_it_answers(caplog):
@@ -79,3 +100,53 @@ def test_a_failing_kubelet_drops_every_label_and_is_logged_once_until_it_answers
 def test_an_answer_that_is_not_protobuf_is_named_as_such(data, problem):
     with pytest.raises(PodResourcesError, match=problem):
         decode_list_response(data)
+
+
+def test_an_answer_no_decoder_foresaw_leaves_the_thread_running_and_clears_stale_pods(caplog):
+    """The reading thread outlives any failure of a read: the ended pod leaves the GPU's series at once,
+    and the next interval's read puts back what the kubelet then says."""
+    answers = [[held("ended", "c", "nvidia.com/gpu", "GPU-0")], UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"),
+               KeyError("containers"), [held("next", "c", "nvidia.com/gpu", "GPU-1")]]
+    read = threading.Event()
+    stopping = threading.Event()
+
+    def lister(_path, _timeout):
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        read.set()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    pods = PodAttribution("/x", 0.01, stopping, lister=lister)
+    with caplog.at_level(logging.INFO, logger="scv-gpu-agent"):
+        pods.start()
+        try:
+            deadline = time.monotonic() + 10
+            while pods.refreshes < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert pods.is_alive() and pods.refreshes >= 5 and pods.failures == 2
+            assert pods.by_card(CARDS) == {1: [("next", "ns", "c")]}
+        finally:
+            stopping.set()
+            pods.join(5)
+    messages = [record.getMessage() for record in caplog.records]
+    assert ("pod labels left off GPU series: the kubelet's pod-resources answer could not be read (UnicodeDecodeError: "
+            "'utf-8' codec can't decode byte 0xff in position 0: bad)") in messages
+    assert "pod labels left off GPU series: the kubelet's pod-resources answer could not be read (KeyError: " \
+           "'containers')" in messages
+
+
+def test_a_failed_read_clears_the_pods_it_read_before():
+    answers = [[held("ended", "c", "nvidia.com/gpu", "GPU-0")], RuntimeError("half an answer")]
+
+    def lister(_path, _timeout):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    pods = PodAttribution("/x", 10, threading.Event(), lister=lister)
+    pods.refresh()
+    assert pods.by_card(CARDS) == {0: [("ended", "ns", "c")]}
+    pods.refresh()
+    assert pods.by_card(CARDS) == {} and pods.problem.endswith("(RuntimeError: half an answer)")
