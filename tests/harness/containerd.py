@@ -58,9 +58,13 @@ LOOKALIKE = st.sampled_from(['[plugins."io.containerd.grpc.v1.cri".containerd.ru
 
 
 def _body(quote):
-    """A multi-line string's body: lookalike lines and free text without the quote or backslashes."""
-    free = st.text(alphabet=st.sampled_from(list("ab =[]{}#.,\t") + ["'" if quote == '"' else '"']), max_size=12)
-    return st.lists(st.one_of(LOOKALIKE, free), max_size=4).map("\n".join)
+    """A multi-line string's body: lookalike lines, free text, the other kind's delimiter, backslashes that end
+    a line (a basic string's line continuation), and one or two of its own quotes right before its end."""
+    other = "'" if quote == '"' else '"'
+    free = st.text(alphabet=st.sampled_from(list("ab =[]{}#.,\t") + [other]), max_size=12)
+    tricky = st.sampled_from([other * 3, "x %s y" % (other * 3), "x\\", "x \\", "\\\\", "%s x" % quote])
+    lines = st.lists(st.one_of(LOOKALIKE, free, tricky), max_size=4).map("\n".join)
+    return st.tuples(lines, st.sampled_from(["", quote, quote * 2])).map("".join)
 
 
 VALUES = st.one_of(

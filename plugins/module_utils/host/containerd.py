@@ -162,14 +162,13 @@ def _code_starts(text):
         elif state == "'":
             if char == "'":
                 state = None
-        elif state == '"""':
-            if char == "\\":
-                index += 1
-            elif text.startswith('"""', index):
-                state, index = None, index + 3
-                continue
-        elif state == "'''" and text.startswith("'''", index):
-            state, index = None, index + 3
+        elif state == '"""' and char == "\\":
+            # an escape; a backslash that ends the line (TOML's line continuation) skips no newline
+            index += 1 if text[index + 1:index + 2] not in ("\n", "") else 0
+        elif state in ('"""', "'''") and text.startswith(state, index):
+            # the string ends at the last quote of a run of 3 to 5: up to two quotes belong to its body
+            run = len(text) - index - len(text[index:].lstrip(state[0]))
+            state, index = None, index + min(run, 5)
             continue
         index += 1
     return lines

@@ -227,11 +227,13 @@ def _read_memory(reader, card):
         card["freeMemory"] = bytes_to_mib(free)
         card["reservedMemory"] = bytes_to_mib(reserved)
         # in MiB as nvidia-smi shows it, so that used + free + reserved = total
-        card["usedMemory"] = card["totalMemory"] - card["freeMemory"] - card["reservedMemory"]
-        if free > total or used + reserved > total:
+        card["usedMemory"] = max(0, card["totalMemory"] - card["freeMemory"] - card["reservedMemory"])
+        # Any two parts over the whole is a reading no GPU can have, whichever part the driver got wrong.
+        if free + reserved > total or used + reserved > total or free + used > total:
             reader.reasons.append(
-                "the memory reading cannot be right: %d MiB free and %d MiB used of %d MiB in all; reset the "
-                "GPU or reload the driver" % (card["freeMemory"], card["usedMemory"], card["totalMemory"]))
+                "the memory reading cannot be right: %d MiB free, %d MiB used and %d MiB reserved by the driver "
+                "add up to more than the %d MiB in all; reset the GPU or reload the driver"
+                % (bytes_to_mib(free), bytes_to_mib(used), card["reservedMemory"], card["totalMemory"]))
 
 
 def _read_capabilities(reader, card):

@@ -256,3 +256,33 @@ def test_keys_after_multi_line_strings_that_open_and_close_at_line_ends_are_foun
         text = '[a]\n  s = %s\n  x\n  %s\n  k = 1 # c\n  m = %s%s # d\n  n = 1\n' % (quotes, quotes, quotes, quotes)
         assert set_key(text, ("a",), "k", 2) == text.replace("k = 1", "k = 2")
         assert set_key(text, ("a",), "n", 2) == text.replace("n = 1", "n = 2")
+
+
+RUNC_OPTIONS = ('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n'
+                '  Note = %s\n')
+LOOKS_LIKE_CRI = '[plugins."io.containerd.grpc.v1.cri".containerd]'
+LOOKS_LIKE_NVIDIA = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]'
+
+
+@pytest.mark.parametrize("value", [
+    '"""\\\n\\\n%s\n\'\'\'x"""' % LOOKS_LIKE_CRI,                   # line continuations, then the other delimiter
+    '"""\\\ndefault_runtime_name = "x"\n\\\n%s\n\' x"""' % LOOKS_LIKE_CRI,
+    '"""\n"\\\n\\\n%s\n\\"""\'\'\'"""' % LOOKS_LIKE_NVIDIA,           # an escaped delimiter among them
+    "'''''''#''''''",                                                # two quotes of the body before each end
+    '"""a""""\n%s\nRoot = "/evil"\n# """""' % LOOKS_LIKE_NVIDIA,     # a quote run of 4 ends the string
+    "'''x\\\n%s\nRoot = '/evil'\n'''" % LOOKS_LIKE_NVIDIA,           # a literal string's backslash is a character
+], ids=["continuation", "continuation-key", "escaped-delimiter", "quote-runs", "four-quotes", "literal-backslash"])
+@pytest.mark.parametrize("head", ['version = 2\n%s\n  default_runtime_name = "runc"\n' % LOOKS_LIKE_CRI, "version = 2\n"],
+                         ids=["cri-table-first", "no-cri-table"])
+def test_a_multi_line_string_of_any_form_stays_one_value_and_the_runtime_is_added(value, head):
+    """Python's TOML parser is the judge: what it reads from the edited file is what it read before, plus
+    exactly the nvidia runtime's keys; no line of the string is taken for a header or a key."""
+    text = head + RUNC_OPTIONS % value
+    before = tomllib.loads(text)
+    new, _settings = add_runtime(text, "config.toml", NVIDIA, True)
+    expected = before["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    expected["default_runtime_name"] = "nvidia"   # a key the file may not have had
+    nvidia = expected["runtimes"].setdefault("nvidia", {})
+    nvidia["runtime_type"] = "io.containerd.runc.v2"
+    nvidia.setdefault("options", {}).update({"BinaryName": NVIDIA, "SystemdCgroup": True})
+    assert tomllib.loads(new) == before

@@ -216,6 +216,23 @@ def test_more_free_memory_than_there_is_is_unhealthy(nvml_simulator, tmp_path, m
     card = collect(ALL)["cardList"][0]
     assert card["health"] == "Unhealthy"
     assert card["healthReasons"][0].startswith("the memory reading cannot be right: 13218 MiB free")
+    assert card["usedMemory"] == 0
+
+
+@pytest.mark.parametrize("parts, shown", [
+    ({"free": 85269151744, "used": 0}, "81319 MiB free, 0 MiB used and 480 MiB reserved"),        # free + reserved
+    ({"free": 0, "used": 85517493504}, "0 MiB free, 81555 MiB used and 480 MiB reserved"),        # used + reserved
+    ({"free": 60000000000, "used": 26000000000, "reserved": 0}, "57220 MiB free, 24795 MiB used"),  # free + used
+], ids=["free-and-reserved", "used-and-reserved", "free-and-used"])
+def test_parts_of_memory_that_add_up_to_more_than_the_whole_are_unhealthy_and_never_negative(
+        nvml_simulator, tmp_path, monkeypatch, parts, shown):
+    """Each pair of the driver's three parts within the total, none over it alone: the sum gives it away."""
+    def change(scenario):
+        scenario["devices"][0]["memory"].update(parts)
+    _derived(tmp_path, monkeypatch, "h100_real", change)
+    card = collect(ALL)["cardList"][0]
+    assert card["health"] == "Unhealthy" and card["usedMemory"] >= 0
+    assert card["healthReasons"][0].startswith("the memory reading cannot be right: %s" % shown)
 
 
 @pytest.mark.parametrize("scenario", ["titan_xp", "h100_sxm_x8", "a100_mig", "power_not_supported", "h100_real"])
