@@ -12,6 +12,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import urllib.error
 import urllib.request
 
 from harness.common import free_port, wait_until
@@ -99,6 +100,14 @@ class AgentProcess:
                 labels = ",".join('%s="%s"' % item for item in sorted(sample.labels.items()))
                 samples[sample.name + ("{%s}" % labels if labels else "")] = sample.value
         return samples
+
+    def healthz(self):
+        """(HTTP status, parsed body) of the agent's /healthz."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % self.port, timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
 
     def scv(self):
         """This node's Scv; None while it cannot be read (not there, its CRD gone, the API server away)."""

@@ -3,7 +3,6 @@ notifications and watchdog. A real agent process (the zipapp as the role install
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -17,14 +16,6 @@ import pytest
 
 from harness.agent import AgentProcess
 from harness.paths import SIMULATOR_DIR, scenario_path
-
-
-def healthz(agent):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % agent.port, timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def test_settings_come_from_flags_then_environment_then_file_and_are_logged(access, agent_command, node, tmp_path,
@@ -49,8 +40,8 @@ def test_settings_come_from_flags_then_environment_then_file_and_are_logged(acce
 def test_healthz_answers_beside_metrics(access, agent_command, node, tmp_path):
     agent = AgentProcess(agent_command, access, node, tmp_path)
     try:
-        agent.wait_for(lambda: healthz(agent)[1]["detail"].startswith("last tick "), 20)
-        status, body = healthz(agent)
+        agent.wait_for(lambda: agent.healthz()[1]["detail"].startswith("last tick "), 20)
+        status, body = agent.healthz()
         assert status == 200 and body["status"] == "ok"
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen("http://127.0.0.1:%d/nothing" % agent.port, timeout=5)
@@ -200,7 +191,7 @@ def test_idle_connections_hold_at_most_a_bounded_number_of_threads(access, agent
         for held in sockets:
             held.close()
         sockets = []
-        agent.wait_for(lambda: healthz(agent)[0] == 200, 30)   # the queue drains as the idle ones time out
+        agent.wait_for(lambda: agent.healthz()[0] == 200, 30)   # the queue drains as the idle ones time out
         assert agent.process.poll() is None
     finally:
         for held in sockets:

@@ -17,8 +17,13 @@ from harness.paths import scenario_path
 
 def test_survives_an_api_server_outage_and_publishes_when_it_returns(agent):
     agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 11950, 20)
+    assert agent.healthz()[1]["detail"].endswith("; the API server answers")
     agent.plane.stop_apiserver()
     try:
+        # Nothing changed, so no tick writes: /healthz still knows, from the watch, that the server is away.
+        agent.wait_for(lambda: "; the API server has not answered for " in agent.healthz()[1]["detail"], 15)
+        status, body = agent.healthz()
+        assert status == 200 and body["status"] == "ok", body      # alive, waiting: no restart wanted
         agent.set_free_memory(2 * 2 ** 30)   # changes while the server is away
         time.sleep(4)
         assert agent.process.poll() is None, agent.log.read_text()
@@ -26,6 +31,7 @@ def test_survives_an_api_server_outage_and_publishes_when_it_returns(agent):
     finally:
         agent.plane.start_apiserver()
     agent.wait_for(lambda: agent.scv()["status"]["freeMemorySum"] == 2048, 40)
+    agent.wait_for(lambda: agent.healthz()[1]["detail"].endswith("; the API server answers"), 10)
 
 
 def test_nvml_stays_initialised_and_starts_anew_after_a_driver_change(agent):

@@ -254,4 +254,7 @@ class Agent:
         age = now - self.last_tick_at
         if age > grace:
             return False, "no tick for %.0f s (more than %.0f s)" % (age, grace)
-        return True, "last tick %.1f s ago; %d API failures in a row" % (age, self.failures)
+        # A tick writes only what changed: the API server's state comes from every request, the watch's too.
+        contact = getattr(self.client, "contact", None)
+        return True, "last tick %.1f s ago; %s" % (age, "%d API failures in a row" % self.failures
+                                                    if contact is None else contact.describe())

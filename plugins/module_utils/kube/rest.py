@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 
@@ -31,6 +32,40 @@ DEFAULT_QPS = 5.0
 DEFAULT_BURST = 10
 # ``request``'s ``missing`` when a 404 is an error: no value stands for a missing object.
 NO_DEFAULT = object()
+
+
+class ApiContact:
+    """Whether the API server answers, from every request of every thread: since when it has not, and how
+    many attempts failed since its last answer. An answer of 429 or 5xx is no answer: the server is up but
+    cannot serve (etcd away, overloaded)."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.failing_since = None    # the clock time of the first failure since the last answer
+        self.failures = 0            # failed attempts since the last answer
+
+    def reached(self, status):
+        if status == 429 or status >= 500:
+            self.failed()
+            return
+        with self._lock:
+            self.failing_since, self.failures = None, 0
+
+    def failed(self):
+        with self._lock:
+            self.failures += 1
+            if self.failing_since is None:
+                self.failing_since = self._clock()
+
+    def describe(self):
+        """One phrase for /healthz: that the API server answers, or for how long and how often it did not."""
+        with self._lock:
+            since, failures = self.failing_since, self.failures
+        if since is None:
+            return "the API server answers"
+        return "the API server has not answered for %.0f s (%d attempt%s failed)" % (
+            self._clock() - since, failures, "" if failures == 1 else "s")
 
 
 class RestTransport:
@@ -61,6 +96,7 @@ class RestTransport:
         self.server = self._credentials.server
         self.requests = 0
         self.reloads = 0
+        self.contact = ApiContact()
 
     @classmethod
     def from_file(cls, path, timeout=10.0, **options):
@@ -148,11 +184,14 @@ class RestTransport:
             connection.request(method, path, body=None if body is None else json.dumps(body),
                                headers=self.headers(content_type))
             response = connection.getresponse()
-            return response.status, response.read()
+            answer = response.status, response.read()
         except (OSError, ValueError) as error:
+            self.contact.failed()
             raise self.unreachable(verb, target, error, self._timeout) from error
         finally:
             connection.close()
+        self.contact.reached(answer[0])
+        return answer
 
     def request(self, method, verb, target, path, body=None, missing=NO_DEFAULT, content_type="application/json",
                 resource=None):

@@ -117,6 +117,7 @@ class RestClient(RestTransport):
         try:
             connection.request("GET", path, headers=self.headers())
             response = connection.getresponse()
+            self.contact.reached(response.status)
             timeout = timeout_seconds + self._timeout
             connection.sock.settimeout(timeout)
             if response.status >= 400:
@@ -130,6 +131,7 @@ class RestClient(RestTransport):
                     event = json.loads(line)
                     yield event.get("type"), event.get("object") or {}
         except (OSError, ValueError) as error:
+            self.contact.failed()
             raise self.unreachable("watch", target, error, timeout) from error
         finally:
             connection.close()
