@@ -6,24 +6,97 @@
 
 from __future__ import annotations
 
+import collections
 import json
+import selectors
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, load
 
 
-# Connections served at once: Prometheus, a probe and an operator's curl need a few; more wait in the
-# listen queue (and those past it are refused by the kernel) instead of each holding a thread.
+# Connections served at once: Prometheus, a probe and an operator's curl need a few. A connection takes
+# one of these only once its request has begun to arrive; until then it waits in the WaitingRoom.
 MAX_CONNECTIONS = 8
+# Connections that have asked nothing yet: each costs a file descriptor and no thread. Past this many,
+# the one that has waited longest is closed; any is closed after IDLE_S.
+MAX_WAITING = 256
+IDLE_S = 10.0
 
 
 IDLE_POLL_S = 60.0
 
 
+class WaitingRoom(threading.Thread):
+    """Accepted connections that have not sent a byte yet, watched by one thread: an idle or half-open
+    connection holds no slot, so a crowd of them cannot keep a scrape waiting for one."""
+
+    def __init__(self, dispatch, close, idle_s=IDLE_S, most=MAX_WAITING):
+        super().__init__(name="http-waiting", daemon=True)
+        self._dispatch, self._close = dispatch, close
+        self.idle_s, self.most = idle_s, most
+        self._selector = selectors.DefaultSelector()
+        self._arrivals = collections.deque()
+        self._waiting = {}          # socket: (address, deadline), oldest first
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._wake_write.setblocking(False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
+
+    def add(self, request, address):
+        """From the accepting thread: ``request`` waits here until it is readable."""
+        self._arrivals.append((request, address))
+        try:
+            self._wake_write.send(b"\0")
+        except BlockingIOError:
+            pass                     # a wake-up is already pending
+
+    def waiting(self):
+        return len(self._waiting)
+
+    def run(self):
+        while True:
+            deadlines = [deadline for _address, deadline in self._waiting.values()]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            for key, _events in self._selector.select(timeout):
+                if key.fileobj is self._wake_read:
+                    while True:
+                        try:
+                            if not self._wake_read.recv(4096):
+                                break
+                        except BlockingIOError:
+                            break
+                    continue
+                self._selector.unregister(key.fileobj)
+                address, _deadline = self._waiting.pop(key.fileobj)
+                try:
+                    self._dispatch(key.fileobj, address)   # waits for a free slot
+                except Exception:  # pylint: disable=broad-exception-caught
+                    self._close(key.fileobj)               # no thread to serve it: this one goes, the room stays
+            self._admit()
+            now = time.monotonic()
+            for request in [request for request, (_a, deadline) in self._waiting.items() if deadline <= now]:
+                self._drop(request)
+
+    def _admit(self):
+        while self._arrivals:
+            request, address = self._arrivals.popleft()
+            self._waiting[request] = (address, time.monotonic() + self.idle_s)
+            self._selector.register(request, selectors.EVENT_READ)
+            if len(self._waiting) > self.most:
+                self._drop(next(iter(self._waiting)))
+
+    def _drop(self, request):
+        self._selector.unregister(request)
+        del self._waiting[request]
+        self._close(request)
+
+
 class BoundedServer(ThreadingHTTPServer):
-    """A threading HTTP server that serves at most ``MAX_CONNECTIONS`` connections at once."""
+    """A threading HTTP server that serves at most ``MAX_CONNECTIONS`` requests at once, and gives a thread
+    only to a connection whose request has begun to arrive (see ``WaitingRoom``)."""
 
     daemon_threads = True
     request_queue_size = 64
@@ -31,9 +104,14 @@ class BoundedServer(ThreadingHTTPServer):
     def __init__(self, address, handler):
         super().__init__(address, handler)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.room = WaitingRoom(self._serve, self.shutdown_request)
+        self.room.start()
 
     def process_request(self, request, client_address):
-        self.slots.acquire()     # the accepting thread waits for a slot: the next connection waits in the queue
+        self.room.add(request, client_address)     # the accepting thread never waits
+
+    def _serve(self, request, client_address):
+        self.slots.acquire()
         try:
             super().process_request(request, client_address)
         except BaseException:
@@ -61,7 +139,7 @@ def serve(agent, host, port):
     load()
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = 10   # seconds a connection may sit idle: each holds a thread
+        timeout = IDLE_S   # seconds a request may take to arrive once begun: each holds a thread
 
         def do_GET(self):  # noqa: N802 (the http.server API)
             path = self.path.split("?")[0]

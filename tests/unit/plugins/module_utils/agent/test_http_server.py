@@ -1,0 +1,80 @@
+"""The agent's HTTP server under a crowd: connections that ask nothing hold no thread and no slot."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent import server
+from harness.common import wait_until
+
+
+class Answer(BaseHTTPRequestHandler):
+    timeout = 2
+
+    def do_GET(self):  # noqa: N802 (the http.server API)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *_args):
+        pass
+
+
+@pytest.fixture
+def serving():
+    bound = server.BoundedServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=bound.serve_forever, args=(0.1,), daemon=True).start()
+    yield bound
+    bound.shutdown()
+    bound.server_close()
+
+
+def get(bound):
+    with urllib.request.urlopen("http://127.0.0.1:%d/" % bound.server_address[1], timeout=5) as response:
+        return response.read()
+
+
+def test_a_crowd_of_idle_connections_neither_takes_threads_nor_delays_a_request(serving):
+    threads = threading.active_count()
+    idle = [socket.create_connection(serving.server_address, timeout=5) for _connection in range(100)]
+    try:
+        wait_until(lambda: serving.room.waiting() == 100, 5, "the waiting room")
+        assert threading.active_count() == threads
+        started = time.monotonic()
+        assert get(serving) == b"ok" and time.monotonic() - started < 1
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+def test_past_the_most_the_longest_waiting_is_closed_and_any_after_the_idle_time(serving):
+    serving.room.most, serving.room.idle_s = 3, 0.5
+    first = socket.create_connection(serving.server_address, timeout=5)
+    later = [socket.create_connection(serving.server_address, timeout=5) for _connection in range(3)]
+    try:
+        assert first.recv(1) == b""                              # closed to make room
+        wait_until(lambda: serving.room.waiting() == 3, 5, "the waiting room")
+        for connection in later:
+            assert connection.recv(1) == b""                     # closed after 0.5 s of nothing
+        assert serving.room.waiting() == 0 and get(serving) == b"ok"
+    finally:
+        for connection in [first] + later:
+            connection.close()
+
+
+def test_a_request_that_begins_takes_a_slot_and_ends_with_its_answer(serving):
+    connection = socket.create_connection(serving.server_address, timeout=5)
+    try:
+        connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        assert connection.recv(4096).startswith(b"HTTP/1.0 200")
+    finally:
+        connection.close()
+    assert serving.slots.acquire(timeout=5)                      # every slot given back
+    serving.slots.release()
