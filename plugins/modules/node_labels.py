@@ -33,6 +33,9 @@ description:
     before any driver runs. GFD labels nothing there.
   - A node where some GPUs answer and one is lost is labelled from the GPUs that answer; GFD labels
     nothing.
+  - A label whose value no Node may carry - over 63 characters, as a long GPU name with a MIG profile
+    after it can be - is left out with a warning, and named in RV(left_out); the node gets its other
+    labels. GFD writes such a value as it is, and nfd-master leaves that one label out in the same way.
   - With several GPU models in one node, the GPU labels describe the first GPU's model and count only
     the GPUs of that model. GFD describes one of the models, chosen at random on each run; this is
     always one of its answers, and always the same one.
@@ -111,6 +114,12 @@ changes:
   returned: always
   type: dict
   sample: {"nvidia.com/gpu.count": "8", "nvidia.com/mig.capable": null}
+left_out:
+  description: Labels that were due but that no Node may carry, each with the reason; the others are set.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/mig-1g.24gb.product": "the value 'NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition-MIG-1g.24gb'
+    is 67 characters long, over the 63 a label value may have"}
 """
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
@@ -151,13 +160,17 @@ def main():
     if not valid_label_key(params["gpu_label_key"]):
         module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
                              "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])
-    ours = desired_labels(params["gpu_facts"], params["gpu_label_key"], params["mig_strategy"])
+    refused = {}
+    ours = desired_labels(params["gpu_facts"], params["gpu_label_key"], params["mig_strategy"], refused)
+    for key, problem in sorted(refused.items()):
+        # the API server would refuse the whole patch for one such label: it alone is left out
+        module.warn("the label %s is left out, the node keeps the others: %s" % (key, problem))
     try:
         client = NodeClient.connect(module)
         before, after, changes = apply(client, params["name"], ours, params["gpu_label_key"], module.check_mode)
     except ApiError as error:
         module.fail_json(msg=str(error))
-    result = dict(changed=bool(changes), changes=changes,
+    result = dict(changed=bool(changes), changes=changes, left_out=refused,
                   labels={key: value for key, value in after.items() if key in ours})
     if module._diff:
         result["diff"] = {"before": {"labels": before}, "after": {"labels": after}}

@@ -149,3 +149,14 @@ def test_drift_reports_every_area_even_when_one_cannot_be_checked(ansible, contr
     finally:
         plane.kubectl("delete", "node", node, "--ignore-not-found")
         install_scv_crd(plane)
+
+
+def test_drift_reports_a_toolkit_that_is_not_installed_before_its_repository_is(ansible, control_plane, tmp_path):
+    """This machine has neither the toolkit nor its repository: in check mode apt cannot resolve the package, and
+    dpkg's answer, as for the driver, says the install would change something."""
+    assert not pathlib.Path("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists()
+    hosts = inventory(tmp_path, control_plane, "drift-toolkit")
+    done = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "toolkit", "--check")
+    report = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2, report[-2500:]
+    assert "toolkit: the packages differ from the desired version" in report and "no drift" not in report

@@ -74,11 +74,34 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 
 def sanitise_product(name):
     """A GPU name as GFD writes it in a label: characters outside [A-Za-z0-9-_. ] removed, spaces
-    turned into '-', cut to the 63 characters a label value may have ('NVIDIA H100 80GB HBM3' ->
-    'NVIDIA-H100-80GB-HBM3')."""
-    value = _NOT_GFD_CHARACTERS.sub("", name or "").strip().replace(" ", "-")
-    value = value[:63]
-    return value.strip("-_.")
+    turned into '-' ('NVIDIA H100 80GB HBM3' -> 'NVIDIA-H100-80GB-HBM3'). GFD does not shorten a long
+    name; ``label_problem`` tells when the value cannot be a label's."""
+    return _NOT_GFD_CHARACTERS.sub("", name or "").strip().replace(" ", "-").strip("-_.")
+
+
+def label_problem(key, value):
+    """Why the API server would refuse ``key=value`` on a Node (and refuse the whole patch with it), or None."""
+    if not valid_label_key(key):
+        return "%r is not a valid label key" % key
+    if len(value) > 63:
+        return "the value %r is %d characters long, over the 63 a label value may have" % (value, len(value))
+    if not _LABEL_VALUE.match(value):
+        return ("the value %r is not a valid label value (letters, digits, '-', '_' and '.', beginning and ending "
+                "with a letter or digit)" % value)
+    return None
+
+
+def _valid(labels, refused):
+    """``labels`` without those the API server would refuse; each left out is named in ``refused``
+    ({key: why}), as nfd-master leaves out each label of GFD's it cannot set and keeps the rest."""
+    kept = {}
+    for key, value in labels.items():
+        problem = label_problem(key, value)
+        if problem is None:
+            kept[key] = value
+        elif refused is not None:
+            refused[key] = problem
+    return kept
 
 
 def valid_label_key(key):
@@ -102,9 +125,10 @@ def mig_resource_name(profile):
     return profile.replace("+", ".")
 
 
-def desired_labels(fact, gpu_label_key, mig_strategy="none"):
+def desired_labels(fact, gpu_label_key, mig_strategy="none", refused=None):
     """The labels a node with this nvidia_gpu fact should carry (ours only), as GFD writes them
-    with ``--mig-strategy mig_strategy``.
+    with ``--mig-strategy mig_strategy``. A label whose value no Node may carry (a long GPU name with a
+    MIG profile after it) is left out, and named with the reason in the dict ``refused`` when given.
 
     A node whose driver sees no GPU gets only ``vgpu.present``; one whose driver cannot be read gets those
     :func:`pci_labels` gives from its PCI bus. With several models, the GPU labels describe the
@@ -114,7 +138,7 @@ def desired_labels(fact, gpu_label_key, mig_strategy="none"):
     fact = fact or {}
     cards = [card for card in fact.get("cardList") or [] if card.get("model")]
     if not fact.get("nvml_available"):
-        return pci_labels(fact.get("pci_gpus"), gpu_label_key)
+        return pci_labels(fact.get("pci_gpus"), gpu_label_key, refused)
     if not cards:
         # GFD's one label for a node whose driver sees no GPU
         return {PREFIX + "vgpu.present": _vgpu_present(fact.get("pci_gpus"))}
@@ -130,7 +154,7 @@ def desired_labels(fact, gpu_label_key, mig_strategy="none"):
     if mig_strategy in ("single", "mixed"):
         labels[PREFIX + "mig.strategy"] = mig_strategy
     labels[gpu_label_key] = sanitise_product(cards[0]["model"])
-    return {key: value for key, value in labels.items() if _LABEL_VALUE.match(value)}
+    return _valid(labels, refused)
 
 
 def _version_labels(fact):
@@ -240,7 +264,7 @@ def _vgpu_present(pci_gpus):
     return "true" if any(gpu.get("vgpu") for gpu in _pci_of(pci_gpus).values()) else "false"
 
 
-def pci_labels(pci_gpus, gpu_label_key):
+def pci_labels(pci_gpus, gpu_label_key, refused=None):
     """The labels of a node whose driver does not answer, from the GPUs its PCI bus has.
 
     ``gpu.present`` and the site's key, so that a driver-installer DaemonSet selecting on either
@@ -255,8 +279,7 @@ def pci_labels(pci_gpus, gpu_label_key):
     first = gpus[0]
     model = first.get("model") if isinstance(first.get("model"), str) else None
     value = sanitise_product(model) if model else "pci-10de-%s" % first["deviceId"][2:]
-    labels = {PREFIX + "gpu.present": "true", gpu_label_key: value}
-    return {key: value for key, value in labels.items() if _LABEL_VALUE.match(value)}
+    return _valid({PREFIX + "gpu.present": "true", gpu_label_key: value}, refused)
 
 
 def label_changes(current, desired, gpu_label_key):

@@ -10,6 +10,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
     GFD_KEYS,
     desired_labels,
     label_changes,
+    label_problem,
     sanitise_product,
     valid_label_key,
 )
@@ -24,12 +25,43 @@ from harness.scenario_expectations import BY_SCENARIO
     ("Quadro P620 /w 2GB", "Quadro-P620-w-2GB"),
     ("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"),
     ("  Tesla V100 ", "Tesla-V100"),
-    ("x" * 80, "x" * 63),
+    ("x" * 80, "x" * 80),                              # GFD does not shorten a name
     ("NVIDIA RTX " + "A" * 52 + " -", "NVIDIA-RTX-" + "A" * 52),
 ])
 def test_product_is_sanitised_as_gfd_does(name, value):
     assert sanitise_product(name) == value
-    assert len(value) <= 63
+
+
+LONG_NAME = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+
+
+@pytest.mark.parametrize("strategy, key", [("single", "nvidia.com/gpu.product"),
+                                           ("mixed", "nvidia.com/mig-1g.24gb.product")])
+def test_a_label_no_node_may_carry_is_left_out_named_and_the_others_kept(strategy, key):
+    """A 55-character GPU name is a valid product; with its MIG profile after it, 67 characters are not."""
+    fact = {"nvml_available": True, "driver_version": "580.95.05", "cardList": [
+        {"model": LONG_NAME, "totalMemory": 97887, "migEnabled": True,
+         "migDevices": [{"profile": "1g.24gb", "attributes": {"multiprocessorCount": 46}}] * 4}]}
+    refused = {}
+    labels = desired_labels(fact, "gpu/nvidia", strategy, refused)
+    assert key not in labels
+    assert refused == {key: "the value 'NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition-MIG-1g.24gb' is 67 "
+                            "characters long, over the 63 a label value may have"}
+    assert labels["gpu/nvidia"] == "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition"
+    assert labels[key.replace("product", "count")] == "4" and labels["nvidia.com/cuda.driver-version.major"] == "580"
+    assert desired_labels(fact, "gpu/nvidia", strategy) == labels       # without a dict to fill, the same labels
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("nvidia.com/gpu.product", "x" * 63, None),
+    ("nvidia.com/gpu.product", "x" * 64, "is 64 characters long, over the 63"),
+    ("nvidia.com/gpu.product", "-x", "is not a valid label value"),
+    ("nvidia.com/gpu.product", "", None),
+    ("nvidia.com/" + "m" * 64, "x", "is not a valid label key"),
+])
+def test_label_problem_follows_the_api_servers_rules(key, value, problem):
+    found = label_problem(key, value)
+    assert found is None if problem is None else problem in found
 
 
 @pytest.mark.parametrize("scenario", sorted(LABELS))
