@@ -9,6 +9,7 @@ apiserver_request_total.
 
 from __future__ import annotations
 
+import json
 import time
 
 from harness.agent import AgentProcess
@@ -67,7 +68,8 @@ def test_a_changed_update_interval_is_honoured(agent):
 
 def test_two_agents_for_one_node_make_no_write_storm(access, agent_command, tmp_path):
     """A second agent started for the same node by mistake: both publish the same status, so after the
-    first round neither writes while nothing changes, and a change is written about once, not in a loop."""
+    first round neither writes while nothing changes, and a change is written about once, not in a loop.
+    Once their readings differ, the contest is seen, told (log, Event, metric) and not fought."""
     plane, node = access, "agent-twice"
     plane.kubectl("delete", "scv", node, "--ignore-not-found")
     (tmp_path / "a").mkdir()
@@ -89,6 +91,22 @@ def test_two_agents_for_one_node_make_no_write_storm(access, agent_command, tmp_
         first.wait_for(lambda: first.scv()["status"]["freeMemorySum"] == 1024, 5)
         time.sleep(3)
         assert writes() - settled <= 2, writes() - settled
+
+        # Now they disagree about the card (two hosts under one name): each would write its own back at every
+        # tick. One sees the other's writes, says so, and stops.
+        first.set_free_memory(3 * 2 ** 30)
+
+        def contested():
+            return [agent for agent in (first, second) if agent.metrics()["scv_agent_scv_contested"] == 1]
+        first.wait_for(lambda: contested(), 30)
+        log = contested()[0].log.read_text()
+        assert "changed the status of Scv agent-twice 3 times in 300 s, each time to other readings" in log, log
+        events = json.loads(plane.kubectl("get", "events", "-n", "default", "-o", "json", "--field-selector",
+                                          "reason=ScvContested,involvedObject.name=%s" % node).stdout)["items"]
+        assert events and events[0]["involvedObject"]["kind"] == "Scv" and events[0]["type"] == "Warning"
+        fought = writes()
+        time.sleep(10)
+        assert writes() - fought <= 2, writes() - fought   # where they wrote at every tick, each 1 s
         for agent in (first, second):
             assert agent.process.poll() is None
     finally:

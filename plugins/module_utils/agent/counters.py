@@ -20,6 +20,7 @@ COUNTERS = (
     ("xid_events", "XID critical errors NVML reported."),
     ("taint_changes", "Times the unhealthy-GPU taint was set or removed."),
     ("reloads", "Times SIGHUP made the agent read its configuration again."),
+    ("scv_foreign_writes", "Status writes to this node's Scv by another writer, with other readings than the agent's."),
 )
 
 

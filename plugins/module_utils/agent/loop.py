@@ -6,8 +6,9 @@
 
 Every ``spec.updateInterval`` milliseconds it reads NVML through an ``nvml.session.Session`` (the
 code behind gpu_facts, with NVML kept initialised and each card's static readings read once) and
-writes the status subresource only when SCV's compared data changed. The last object written
-is kept in memory, so an unchanged tick costs no API request. A watch on the node's own Scv
+writes the status subresource only when SCV's compared data changed (``agent.scv_writer``, which
+also stops writing against another writer). The last object written is kept in memory, so an
+unchanged tick costs no API request. A watch on the node's own Scv
 brings spec changes and deletions; a deleted Scv is created again at the next tick. API errors
 back off and retry; GPU errors become Unhealthy cards; XIDs wake the loop at once.
 """
@@ -21,14 +22,13 @@ import time
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
 from ansible_collections.scv.gpu.plugins.module_utils.agent.node_health import NodeCondition, NodeTaint
 from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Readings
+from ansible_collections.scv.gpu.plugins.module_utils.agent.scv_writer import ScvWriter
 from ansible_collections.scv.gpu.plugins.module_utils.agent.wakeup import Wakeup
 from ansible_collections.scv.gpu.plugins.module_utils.agent.watch import MAX_BACKOFF_S, ScvState, ScvWatch
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.common.backoff import pause
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
-from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, write_status
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
-from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status, needs_update, now_rfc3339
 
 LOG = logging.getLogger("scv-gpu-agent")
 MIN_INTERVAL_MS = 100
@@ -86,12 +86,12 @@ class Agent:
         self.wake = Wakeup()              # set from other threads and from signal handlers
         self.stopping = threading.Event()
         self.watch = ScvWatch(client, node, self.state, self.wake, self.stopping, watch_timeout)
+        self.writer = ScvWriter(client, node, self.state, self.counters)
         self.condition = NodeCondition(client, node, self.counters) if node_condition else None
         self.taint = NodeTaint(taint_client, node, self.counters) if taint_client is not None else None
         self.last_tick_at = None      # time.monotonic() of the last tick that ended
         self._reload = None           # a function that applies a new configuration, set by SIGHUP
         self._xid_waiter = None
-        self._unchanged = None        # (Scv object, cardList) of the last tick that found no write due
 
     # ------------------------------------------------------------------ loop
 
@@ -173,7 +173,7 @@ class Agent:
                 step.update(facts)
         self.notify("WATCHDOG=1")
         try:
-            self._publish(facts)
+            self.writer.publish(facts, self.default_interval_ms)
         except ApiError as error:
             self.counters.bump("errors")
             self.failures += 1
@@ -190,38 +190,6 @@ class Agent:
     def _ticked(self, delay):
         self.last_tick_at = time.monotonic()
         return delay
-
-    def _publish(self, facts):
-        """Writes the status when it changed: from the object held when there is one, else by reading it.
-
-        A write that meets a changed (409) or deleted (404) object falls back to ``publish``,
-        the read-compare-write cycle with the collection's one conflict policy.
-        """
-        current, recreate = self.state.get()
-        if current is not None and not recreate:
-            cards = facts.get("cardList")
-            if self._unchanged is not None and self._unchanged[0] is current and self._unchanged[1] == cards:
-                return   # the same readings against the same object: still nothing to write (most ticks)
-            desired = desired_status(facts)
-            if not needs_update(current.get("status"), desired):
-                self._unchanged = (current, cards)
-                return
-            try:
-                self.state.set(write_status(self.client, current, dict(desired, updateTime=now_rfc3339())))
-                self.counters.bump("writes")
-                LOG.info("wrote the status of Scv %s", self.node)
-                return
-            except ApiError as error:
-                if error.status not in (404, 409):
-                    raise
-                LOG.info("%s; reading it again", error)
-        result = publish(self.client, self.node, facts, self.default_interval_ms)
-        self.state.set(result["scv"])
-        if result["created"]:
-            self.counters.bump("creates")
-            LOG.info("created Scv %s", self.node)
-        if result["status_updated"]:
-            self.counters.bump("writes")
 
     # ------------------------------------------------------- what others read
 
@@ -243,7 +211,7 @@ class Agent:
         pods = None if self.pods is None else self.pods.by_card((facts or {}).get("cardList") or [])
         values.update({} if self.pods is None else self.pods.counters())
         return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values,
-                "served": self.dcgm_series, "pods": pods}
+                "served": self.dcgm_series, "pods": pods, "contested": self.writer.contest.contested()}
 
     def healthz(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""

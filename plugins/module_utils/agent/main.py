@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config as configuration
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
@@ -22,7 +23,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
-from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import NODE
+from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import FIELD_MANAGER, NODE
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import SCV
 
@@ -33,6 +34,7 @@ def build(config, notify):
     """The Agent the configuration describes; ApiError when a kubeconfig cannot be used."""
     limits = {"timeout": config["request-timeout"], "qps": config["api-qps"], "burst": config["api-burst"]}
     client = RestClient.from_file(config["kubeconfig"], resource=SCV, **limits)
+    client.status_manager = ("%s-agent@%s" % (FIELD_MANAGER, socket.gethostname()))[:128]
     taint_client = None
     if config["taint-kubeconfig"]:
         taint_client = RestClient.from_file(config["taint-kubeconfig"], resource=NODE, **limits)

@@ -198,6 +198,8 @@ class SnapshotCollector:
             healthy.add_metric([node, str(card["id"]), card.get("uuid", "")], int(card.get("health") == "Healthy"))
         yield healthy
 
+        yield GaugeMetricFamily("scv_agent_scv_contested", "1 while another writer keeps changing this node's Scv "
+                                "status and the agent holds its own writes.", value=int(bool(snapshot.get("contested"))))
         helps = dict(_OTHER_COUNTERS, **{"scv_agent_%s" % name: text for name, text in COUNTERS})
         for name, value in snapshot["counters"].items():
             yield CounterMetricFamily(name, helps[name], value=value)

@@ -24,6 +24,9 @@ class RestClient(RestTransport):
                  burst=DEFAULT_BURST):
         super().__init__(kubeconfig, base_dir, timeout, path, qps, burst)
         self.resource = resource
+        # The field manager of status writes: the agent names its host, so that the managedFields of an
+        # object two agents write tell them apart (see agent.scv_writer).
+        self.status_manager = FIELD_MANAGER
 
     def _object(self, method, verb, name, body=None, subresource=None, missing=NO_DEFAULT, check_mode=False,
                 what=None, **options):
@@ -50,7 +53,7 @@ class RestClient(RestTransport):
     def replace_status(self, body, check_mode=False):
         name = body["metadata"]["name"]
         return self._object("PUT", "update", name, body, "status", check_mode=check_mode,
-                            what="the status of %s %s" % (self.resource.kind, name), fieldManager=FIELD_MANAGER)
+                            what="the status of %s %s" % (self.resource.kind, name), fieldManager=self.status_manager)
 
     def delete(self, name, check_mode=False):
         """Delete object ``name``; False when there was none."""
