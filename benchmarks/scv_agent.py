@@ -15,6 +15,11 @@ scv.gpu.agent_zipapp lookup builds from the collection.
 4. playbooks/site.yml wall time on this machine as the demo node (API stages for real, host
    stages in check mode): first run and rerun.
 
+With ``--foreign-devices N``, the agent reads pods from a stand-in kubelet (the kubelet's own
+pod-resources protobuf, served by grpcio) whose answer names N MIG devices this node does not
+have, as a busy node's or another node's answer can: the agent must look each up in NVML once,
+not at every tick.
+
 Each measurement runs on the simulator's real-cost model (every NVML call costs what it costs on
 a real H100), then on its no-cost model. Run it with `make benchmark-agent`; `--window` sets the
 steady-state seconds per model (default 330, more than one watch of the default 300 s).
@@ -39,6 +44,7 @@ from harness.agent import install_agent
 from harness.agent_fleet import process_sample as sample
 from harness.common import free_port, wait_until
 from harness.control_plane import ControlPlane, install_scv_crd
+from harness.kubelet_podresources import StandInKubelet, generate, pod
 from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -134,8 +140,16 @@ def every_counter(scenario):
     scenario.write_text(json.dumps(data))
 
 
+def foreign_kubelet(work, devices):
+    """A started stand-in kubelet whose pod-resources answer names ``devices`` MIG devices of no GPU here."""
+    kubelet = StandInKubelet(generate(work / "podresources"), work / "pod-resources.sock")
+    kubelet.pods = [pod("busy", "elsewhere", ("c", [("nvidia.com/mig-1g.10gb", [
+        "MIG-%08x-0000-5000-8000-%012x" % (number, number) for number in range(devices)])]))]
+    return kubelet.__enter__()
+
+
 def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False, counters_interval=None,
-              scrape_interval=0):
+              scrape_interval=0, foreign_devices=0):
     """One agent run on one cost model; returns its figures."""
     scenario = work / ("scenario-%s.json" % model)
     shutil.copy(scenario_path("h100_sxm_x8"), scenario)
@@ -148,6 +162,9 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         "--kubeconfig", str(plane.node_kubeconfig(node)), "--node-name", node, "--log-level", "WARNING",
         "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % port] + (
             ["--counters-interval", str(counters_interval)] if counters_interval else [])
+    kubelet = foreign_kubelet(work / ("kubelet-%s" % model), foreign_devices) if foreign_devices else None
+    if kubelet is not None:
+        command += ["--pod-resources-socket", kubelet.socket]
     # The node's Node, as its kubelet registered it: the agent sets its GPUHealthy condition.
     plane.kubectl("delete", "node", node, "--ignore-not-found")
     plane.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "Node",
@@ -202,6 +219,8 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
     finally:
         agent.terminate()
         agent.wait(timeout=15)
+        if kubelet is not None:
+            kubelet.__exit__(None, None, None)
     ticks = after["scv_agent_ticks_total"] - before["scv_agent_ticks_total"]
     nvml = after["scv_agent_nvml_seconds_total"] - before["scv_agent_nvml_seconds_total"]
     return {
@@ -213,6 +232,8 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         "inits": after["scv_agent_nvml_inits_total"], "static_reads": after["scv_agent_nvml_static_reads_total"],
         "scrapes": scrapes,
         "counter_reads": after["scv_agent_nvml_counter_reads_total"] - before["scv_agent_nvml_counter_reads_total"],
+        "pod_reads": after.get("scv_agent_pod_resources_reads_total", 0) - before.get(
+            "scv_agent_pod_resources_reads_total", 0),
     }
 
 
@@ -226,6 +247,8 @@ def main():
     parser.add_argument("--every-counter", action="store_true",
                         help="make every default counter of dcgm-exporter answer (energy, GPM, ...), at its cost")
     parser.add_argument("--counters-interval", type=float, help="the agent's --counters-interval")
+    parser.add_argument("--foreign-devices", type=int, default=0,
+                        help="pods hold this many MIG devices the node does not have (a stand-in kubelet)")
     parser.add_argument("--scrape-interval", type=float, default=0,
                         help="scrape /metrics every this many seconds during the window, as Prometheus would (0: none)")
     args = parser.parse_args()
@@ -238,7 +261,8 @@ def main():
                       "--group=system:nodes")
         for model in args.models.split(","):
             results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout,
-                                       args.every_counter, args.counters_interval, args.scrape_interval)
+                                       args.every_counter, args.counters_interval, args.scrape_interval,
+                                       args.foreign_devices)
         site = None if args.no_site else site_runs(plane, work)
     finally:
         plane.stop()
@@ -259,6 +283,9 @@ def main():
             ", ".join("%s %.3f %%" % item for item in sorted(shares.items())), result["cpu"] - sum(shares.values())))
         print("  scrapes: %d (every %g s); costly counters read %d times"
               % (result["scrapes"], args.scrape_interval, result["counter_reads"]))
+        if args.foreign_devices:
+            print("  pod-resources: %d reads of an answer naming %d MIG devices this node does not have"
+                  % (result["pod_reads"], args.foreign_devices))
         print("  NVML: %.3f ms per GPU per tick over %d ticks (target <= 0.5 ms); NVML initialised %d time(s), "
               "static readings read %d time(s)"
               % (result["nvml_ms_per_gpu_tick"], result["ticks"], result["inits"], result["static_reads"]))

@@ -56,6 +56,17 @@ def test_an_answer_larger_than_http2s_first_window_arrives_whole(kubelet):
     assert len(held) == 3000 and held[-1]["device_ids"] == ["GPU-%032x" % 2999]
 
 
+def test_the_lister_decodes_an_answer_once_while_the_kubelet_says_the_same(kubelet):
+    kubelet.pods = [pod("busy", "elsewhere", ("c", [("nvidia.com/mig-1g.10gb", [
+        "MIG-%08x-0000-5000-8000-%012x" % (number, number) for number in range(10000)])]))]
+    lister = podresources.PodResourcesLister()
+    first = lister(kubelet.socket, timeout=10)
+    assert len(first[0]["device_ids"]) == 10000
+    assert lister(kubelet.socket, timeout=10) is first and kubelet.calls == 2     # asked again, not decoded again
+    kubelet.pods[0]["name"] = "busier"
+    assert lister(kubelet.socket, timeout=10)[0]["pod"] == "busier"
+
+
 def test_an_empty_node_is_an_empty_list(kubelet):
     assert podresources.list_pod_resources(kubelet.socket, timeout=5) == []
 

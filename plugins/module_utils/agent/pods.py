@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import PodResourcesError, list_pod_resources
+from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import PodResourcesError, PodResourcesLister
 
 LOG = logging.getLogger("scv-gpu-agent")
 # Resources of NVIDIA's device plugin: nvidia.com/gpu, its renamed shares and nvidia.com/mig-<profile>.
@@ -44,11 +44,12 @@ def device_holders(held):
 class PodAttribution(threading.Thread):
     """Keeps ``holders`` (see ``device_holders``) current from the kubelet's pod-resources socket."""
 
-    def __init__(self, socket_path, interval_s, stopping, timeout_s=2.0, lister=list_pod_resources):
+    def __init__(self, socket_path, interval_s, stopping, timeout_s=2.0, lister=None):
         super().__init__(name="pod-resources", daemon=True)
         self.socket_path, self.interval_s, self.timeout_s = socket_path, interval_s, timeout_s
         self.stopping = stopping
-        self.lister = lister
+        self.lister = PodResourcesLister() if lister is None else lister
+        self._answer = None       # the lister's last answer, from which holders was worked out
         self.holders = {}
         self.refreshes, self.failures = 0, 0
         self.problem = None
@@ -65,9 +66,12 @@ class PodAttribution(threading.Thread):
         """One question to the kubelet. Whatever goes wrong (an answer not even the decoder foresaw included)
         clears every pod label and is asked again at the next interval: the thread never ends early."""
         try:
-            holders = device_holders(self.lister(self.socket_path, self.timeout_s))
+            answer = self.lister(self.socket_path, self.timeout_s)
+            # the same answer as last time (PodResourcesLister returns it as such): the same holders, kept
+            holders = self.holders if answer is self._answer and self.problem is None else device_holders(answer)
+            self._answer = answer
         except Exception as error:  # pylint: disable=broad-exception-caught
-            holders = {}
+            holders, self._answer = {}, None
             self.failures += 1
             problem = str(error) if isinstance(error, PodResourcesError) else (
                 "the kubelet's pod-resources answer could not be read (%s: %s)" % (type(error).__name__, error))

@@ -70,6 +70,24 @@ def test_thousands_of_foreign_devices_are_asked_about_once_not_at_every_tick():
     assert len(asked) == 10001 and pods.by_card(CARDS) == {1: [("m", "ns", "c")]}
 
 
+def test_the_same_answer_again_is_not_worked_through_again(monkeypatch):
+    """PodResourcesLister returns the very list it returned when the kubelet's bytes are the same: the holders
+    are kept as they are, and resolve() has nothing new to look at."""
+    from ansible_collections.scv.gpu.plugins.module_utils.agent import pods as module
+
+    answers = [[held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x")]]
+    worked = []
+    monkeypatch.setattr(module, "device_holders", lambda answer: worked.append(answer) or device_holders(answer))
+    pods = PodAttribution("/none", 10, threading.Event(), lister=lambda _path, _timeout: answers[-1])
+    pods.refresh()
+    first = pods.holders
+    pods.refresh()
+    assert pods.holders is first and len(worked) == 1
+    answers.append([held("n", "c", "nvidia.com/mig-1g.10gb", "MIG-x")])   # a new answer: worked through
+    pods.refresh()
+    assert pods.holders is not first and len(worked) == 2
+
+
 def test_a_failing_kubelet_drops_every_label_and_is_logged_once_until_it_answers(caplog):
     outcome = [PodResourcesError("no kubelet pod-resources socket at /x")]
 
