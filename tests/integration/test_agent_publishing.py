@@ -98,7 +98,7 @@ def test_two_agents_for_one_node_make_no_write_storm(access, agent_command, tmp_
 
         def contested():
             return [agent for agent in (first, second) if agent.metrics()["scv_agent_scv_contested"] == 1]
-        first.wait_for(lambda: contested(), 30)
+        first.wait_for(contested, 30)
         log = contested()[0].log.read_text()
         assert "changed the status of Scv agent-twice 3 times in 300 s, each time to other readings" in log, log
         events = json.loads(plane.kubectl("get", "events", "-n", "default", "-o", "json", "--field-selector",

@@ -23,6 +23,7 @@ import socket
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import parse_actions
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
+from ansible_collections.scv.gpu.plugins.module_utils.common.value_kinds import json_kind
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS
 
 ENV_PREFIX = "SCV_GPU_AGENT_"
@@ -60,21 +61,10 @@ def _bounded(kind, minimum, maximum):
 def _path(value):
     """A file's path ('' for none): text, never a mapping, list or number read as a file name."""
     if not isinstance(value, str):
-        raise ValueError("expected a file path (or '' for none), got %s" % _kind(value))
+        raise ValueError("expected a file path (or '' for none), got %s" % json_kind(value))
     if "\0" in value:
         raise ValueError("a file path cannot hold a NUL character")
     return value
-
-
-def _kind(value):
-    """What a value from YAML or JSON is, in their words."""
-    if value is None:
-        return "null (nothing)"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
 
 
 def _counters_file(value):
@@ -84,7 +74,7 @@ def _counters_file(value):
 
 def _log_level(text):
     if not isinstance(text, str):
-        raise ValueError("expected one of %s, got %s" % (", ".join(LOG_LEVELS), _kind(text)))
+        raise ValueError("expected one of %s, got %s" % (", ".join(LOG_LEVELS), json_kind(text)))
     level = text.upper()
     if level not in LOG_LEVELS:
         raise ValueError("expected one of %s" % ", ".join(LOG_LEVELS))
@@ -94,7 +84,7 @@ def _log_level(text):
 def _address(text):
     """``host:port`` (an empty host means 127.0.0.1); '' turns the endpoint off."""
     if not isinstance(text, str):
-        raise ValueError("expected host:port (for example 127.0.0.1:9400), got %s" % _kind(text))
+        raise ValueError("expected host:port (for example 127.0.0.1:9400), got %s" % json_kind(text))
     if not text:
         return ""
     host, sep, port = text.rpartition(":")
@@ -115,7 +105,7 @@ def _xid_actions(value):
 def _node_name(text):
     """A Node's name as the API server checks it, so that no request is built from a name it refuses."""
     if not isinstance(text, str):
-        raise ValueError("expected a Kubernetes node name, got %s" % _kind(text))
+        raise ValueError("expected a Kubernetes node name, got %s" % json_kind(text))
     problem = node_name_problem(text)
     if problem:
         raise ValueError(problem)

@@ -224,5 +224,5 @@ class Agent:
             return False, "no tick for %.0f s (more than %.0f s)" % (age, grace)
         # A tick writes only what changed: the API server's state comes from every request, the watch's too.
         contact = getattr(self.client, "contact", None)
-        return True, "last tick %.1f s ago; %s" % (age, "%d API failures in a row" % self.failures
-                                                    if contact is None else contact.describe())
+        api = "%d API failures in a row" % self.failures if contact is None else contact.describe()
+        return True, "last tick %.1f s ago; %s" % (age, api)

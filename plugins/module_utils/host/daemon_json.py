@@ -16,6 +16,7 @@ import re
 import shlex
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.merge import deep_merge
+from ansible_collections.scv.gpu.plugins.module_utils.common.value_kinds import json_kind
 from ansible_collections.scv.gpu.plugins.module_utils.host.systemd import environment_file, unit_lines
 
 RUNTIME_NAME = "nvidia"
@@ -97,17 +98,6 @@ def depth(document):
         if level <= MAX_DEPTH:
             pending.extend((child, level + 1) for child in children)
     return deepest
-
-
-def json_kind(value):
-    """What JSON calls ``value``'s type: null, boolean, number, string, array or object."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def _blank_ends(text):

@@ -109,14 +109,14 @@ def test_a_file_that_is_not_text_is_refused_naming_it(tmp_path, content, message
 
 @pytest.mark.parametrize("text, message", [
     ("kubeconfig: {path: /etc/k.conf}", "kubeconfig from the file %s: {'path': '/etc/k.conf'} cannot be used: "
-                                        "expected a file path (or '' for none), got a mapping"),
-    ("pod-resources-socket: [/a, /b]", "expected a file path (or '' for none), got a list"),
+                                        "expected a file path (or '' for none), got object"),
+    ("pod-resources-socket: [/a, /b]", "expected a file path (or '' for none), got array"),
     ("taint-kubeconfig:", "taint-kubeconfig from the file %s: None cannot be used: expected a file path (or '' "
-                          "for none), got null (nothing)"),
+                          "for none), got null"),
     ("counters-file: 5", "counters-file from the file %s: 5 cannot be used: expected a file path"),
     ("log-level: {debug: true}", "log-level from the file %s: {'debug': True} cannot be used: expected one of DEBUG"),
     ("metrics-address: 9400", "metrics-address from the file %s: 9400 cannot be used: expected host:port"),
-    ("node-name: [a]", "expected a Kubernetes node name, got a list"),
+    ("node-name: [a]", "expected a Kubernetes node name, got array"),
 ])
 def test_a_mapping_list_or_number_where_a_text_belongs_is_refused_not_read_as_a_name(tmp_path, text, message):
     path = tmp_path / "agent.yml"
