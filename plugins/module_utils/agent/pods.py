@@ -21,7 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import PodResourcesError, PodResourcesLister
+from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import (
+    UNCHANGED,
+    PodResourcesError,
+    PodResourcesLister,
+)
 
 LOG = logging.getLogger("scv-gpu-agent")
 # Resources of NVIDIA's device plugin: nvidia.com/gpu, its renamed shares and nvidia.com/mig-<profile>.
@@ -30,7 +34,8 @@ MIG_PREFIX = "MIG-"
 
 
 def device_holders(held):
-    """{device id without its replica suffix: sorted [(pod, namespace, container)]} of NVIDIA's resources."""
+    """{device id without its replica suffix: sorted [(pod, namespace, container)]} of NVIDIA's resources.
+    Devices with the same holders share one list: a container holding thousands costs one."""
     holders = {}
     for entry in held:
         if not entry["resource"].startswith(RESOURCE_PREFIX):
@@ -38,7 +43,8 @@ def device_holders(held):
         holder = (entry["pod"], entry["namespace"], entry["container"])
         for device in entry["device_ids"]:
             holders.setdefault(device.split("::", 1)[0], set()).add(holder)
-    return {device: sorted(found) for device, found in holders.items()}
+    shared = {}
+    return {device: shared.setdefault(frozenset(found), sorted(found)) for device, found in holders.items()}
 
 
 class PodAttribution(threading.Thread):
@@ -49,7 +55,6 @@ class PodAttribution(threading.Thread):
         self.socket_path, self.interval_s, self.timeout_s = socket_path, interval_s, timeout_s
         self.stopping = stopping
         self.lister = PodResourcesLister() if lister is None else lister
-        self._answer = None       # the lister's last answer, from which holders was worked out
         self.holders = {}
         self.refreshes, self.failures = 0, 0
         self.problem = None
@@ -67,11 +72,12 @@ class PodAttribution(threading.Thread):
         clears every pod label and is asked again at the next interval: the thread never ends early."""
         try:
             answer = self.lister(self.socket_path, self.timeout_s)
-            # the same answer as last time (PodResourcesLister returns it as such): the same holders, kept
-            holders = self.holders if answer is self._answer and self.problem is None else device_holders(answer)
-            self._answer = answer
+            # the same answer as the last one read: the same holders, kept as they are
+            holders = self.holders if answer is UNCHANGED else device_holders(answer)
         except Exception as error:  # pylint: disable=broad-exception-caught
-            holders, self._answer = {}, None
+            holders = {}
+            if isinstance(self.lister, PodResourcesLister):
+                self.lister = PodResourcesLister()   # the holders are gone: the next answer is read whole
             self.failures += 1
             problem = str(error) if isinstance(error, PodResourcesError) else (
                 "the kubelet's pod-resources answer could not be read (%s: %s)" % (type(error).__name__, error))

@@ -214,16 +214,25 @@ def list_pod_resources(path=DEFAULT_SOCKET, timeout=2.0):
     return decode_list_response(call(path, LIST_PATH, b"", timeout))
 
 
+UNCHANGED = object()
+
+
 class PodResourcesLister:
-    """``list_pod_resources`` that remembers its last answer: one byte for byte the same is not decoded
-    again, and the same list is returned, so that what callers work out from it can be kept by identity.
-    A busy kubelet's answer naming thousands of devices then costs its transfer alone."""
+    """``list_pod_resources`` that knows its last answer by digest: an answer byte for byte the same is not
+    decoded again, and UNCHANGED is returned in its place, so that callers keep what they worked out from
+    it. A busy kubelet's answer naming thousands of devices then costs its transfer alone, and neither it
+    nor its decoded form is kept in memory."""
 
     def __init__(self):
-        self._last = (None, None)
+        self._digest = None
 
     def __call__(self, path=DEFAULT_SOCKET, timeout=2.0):
+        import hashlib
+
         message = call(path, LIST_PATH, b"", timeout)
-        if message != self._last[0]:
-            self._last = (message, decode_list_response(message))
-        return self._last[1]
+        digest = hashlib.sha256(message).digest()
+        if digest == self._digest:
+            return UNCHANGED
+        held = decode_list_response(message)
+        self._digest = digest
+        return held

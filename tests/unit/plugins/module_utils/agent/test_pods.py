@@ -70,22 +70,40 @@ def test_thousands_of_foreign_devices_are_asked_about_once_not_at_every_tick():
     assert len(asked) == 10001 and pods.by_card(CARDS) == {1: [("m", "ns", "c")]}
 
 
-def test_the_same_answer_again_is_not_worked_through_again(monkeypatch):
-    """PodResourcesLister returns the very list it returned when the kubelet's bytes are the same: the holders
-    are kept as they are, and resolve() has nothing new to look at."""
+def test_the_same_answer_again_is_not_worked_through_again_and_a_failure_forgets_it(monkeypatch):
+    """PodResourcesLister answers UNCHANGED when the kubelet's bytes are those it read last: the holders are
+    kept as they are, and resolve() has nothing new to look at. After a failed read the next answer is read
+    whole, though it may be the same as before the failure."""
     from ansible_collections.scv.gpu.plugins.module_utils.agent import pods as module
+    from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources
 
-    answers = [[held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x")]]
-    worked = []
-    monkeypatch.setattr(module, "device_holders", lambda answer: worked.append(answer) or device_holders(answer))
-    pods = PodAttribution("/none", 10, threading.Event(), lister=lambda _path, _timeout: answers[-1])
+    messages = [b"\x0a\x02\x0a\x00", b"\x0a\x02\x0a\x00", PodResourcesError("gone"), b"\x0a\x02\x0a\x00"]
+    decoded = []
+
+    def call(_path, _method, _request, _timeout):
+        message = messages.pop(0)
+        if isinstance(message, Exception):
+            raise message
+        return message
+
+    monkeypatch.setattr(podresources, "call", call)
+    monkeypatch.setattr(podresources, "decode_list_response",
+                        lambda message: decoded.append(message) or [held("m", "c", "nvidia.com/gpu", "GPU-0")])
+    pods = PodAttribution("/none", 10, threading.Event())
     pods.refresh()
     first = pods.holders
     pods.refresh()
-    assert pods.holders is first and len(worked) == 1
-    answers.append([held("n", "c", "nvidia.com/mig-1g.10gb", "MIG-x")])   # a new answer: worked through
+    assert pods.holders is first and len(decoded) == 1
     pods.refresh()
-    assert pods.holders is not first and len(worked) == 2
+    assert pods.holders == {}
+    pods.refresh()
+    assert len(decoded) == 2 and pods.by_card(CARDS) == {0: [("m", "ns", "c")]}
+    assert module.UNCHANGED is podresources.UNCHANGED
+
+
+def test_devices_with_the_same_holders_share_one_list():
+    holders = device_holders([held("busy", "c", "nvidia.com/mig-1g.10gb", *("MIG-%d" % n for n in range(100)))])
+    assert len({id(found) for found in holders.values()}) == 1
 
 
 def test_a_failing_kubelet_drops_every_label_and_is_logged_once_until_it_answers(caplog):
