@@ -67,16 +67,23 @@ def current_condition(node):
 
 def transition_event(node, status, reason, message, now, component):
     """A core/v1 Event on the Node for a change of the condition."""
+    metadata = (node or {}).get("metadata") or {}
+    involved = {"apiVersion": "v1", "kind": "Node", "name": metadata.get("name"), "uid": metadata.get("uid")}
+    return core_event(involved, "Normal" if status == "True" else "Warning", reason, message, now, component)
+
+
+def core_event(involved, event_type, reason, message, now, component):
+    """A new core/v1 Event (count 1) about ``involved`` (an involvedObject), from ``component`` on the node
+    the object is named after."""
     import uuid
 
-    metadata = (node or {}).get("metadata") or {}
-    name = metadata.get("name")
+    name = involved.get("name")
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": "%s.%s" % (name, uuid.uuid4().hex[:16]), "namespace": "default"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": metadata.get("uid")},
-        "type": "Normal" if status == "True" else "Warning",
+        "involvedObject": involved,
+        "type": event_type,
         "reason": reason,
         "message": message,
         "source": {"component": component, "host": name},

@@ -67,11 +67,6 @@ def _path(value):
     return value
 
 
-def _counters_file(value):
-    """A counters file in dcgm-exporter's CSV format ('' for none); read by ``load``, once, into ``Config``."""
-    return _path(value)
-
-
 def _log_level(text):
     if not isinstance(text, str):
         raise ValueError("expected one of %s, got %s" % (", ".join(LOG_LEVELS), json_kind(text)))
@@ -136,7 +131,7 @@ OPTIONS = (
     ("counters-interval", _bounded(float, 1, 3600), 30.0, True,
      "least seconds between reads of the costly counters (energy, PCIe replays, NVLink, vGPU licence) and of GPM "
      "(engine activity), which are read at a scrape of /metrics; dcgm-exporter collects every 30 s"),
-    ("counters-file", _counters_file, "", True,
+    ("counters-file", _path, "", True,   # read by load, once, into Config.counters
      "a counters file in dcgm-exporter's CSV format (name, type, help) naming the DCGM series to serve; "
      "'' serves every one the agent has"),
     ("static-refresh", _bounded(float, 0, 86400), 600.0, True,

@@ -56,6 +56,7 @@ class PodAttribution(threading.Thread):
         self.stopping = stopping
         self.lister = PodResourcesLister() if lister is None else lister
         self.holders = {}
+        self._worked = {}         # the holders of the last answer read whole, which UNCHANGED stands for
         self.refreshes, self.failures = 0, 0
         self.problem = None
         self._mig_parents = {}    # MIG device UUID: its GPU's UUID (None: not on this node, see resolve)
@@ -72,12 +73,11 @@ class PodAttribution(threading.Thread):
         clears every pod label and is asked again at the next interval: the thread never ends early."""
         try:
             answer = self.lister(self.socket_path, self.timeout_s)
-            # the same answer as the last one read: the same holders, kept as they are
-            holders = self.holders if answer is UNCHANGED else device_holders(answer)
+            # the same answer as the last one read whole: its holders, as they were worked out then
+            holders = self._worked if answer is UNCHANGED else device_holders(answer)
+            self._worked = holders
         except Exception as error:  # pylint: disable=broad-exception-caught
             holders = {}
-            if isinstance(self.lister, PodResourcesLister):
-                self.lister = PodResourcesLister()   # the holders are gone: the next answer is read whole
             self.failures += 1
             problem = str(error) if isinstance(error, PodResourcesError) else (
                 "the kubelet's pod-resources answer could not be read (%s: %s)" % (type(error).__name__, error))

@@ -22,6 +22,8 @@ import collections
 import logging
 import time
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent.condition import core_event
+from ansible_collections.scv.gpu.plugins.module_utils.agent.node_health import COMPONENT
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, write_status
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import desired_status, needs_update, now_rfc3339
@@ -30,7 +32,6 @@ LOG = logging.getLogger("scv-gpu-agent")
 LIMIT = 3
 WINDOW_S = 300.0
 HOLD_S = 300.0
-COMPONENT = "scv-gpu-agent"
 
 
 def _version(scv):
@@ -91,27 +92,11 @@ class Contest:
                     " (%s)" % self.writer if self.writer else "", node, len(self._foreign), WINDOW_S, node, HOLD_S))
 
 
-def contest_event(scv, node, message, now, component):
+def contest_event(scv, node, message, now):
     """A core/v1 Warning Event on the Scv object for a contest that began."""
-    import uuid
-
-    metadata = (scv or {}).get("metadata") or {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": "%s.%s" % (node, uuid.uuid4().hex[:16]), "namespace": "default"},
-        "involvedObject": {"apiVersion": (scv or {}).get("apiVersion", "core.run-linux.com/v1"), "kind": "Scv",
-                           "name": node, "uid": metadata.get("uid")},
-        "type": "Warning",
-        "reason": "ScvContested",
-        "message": message,
-        "source": {"component": component, "host": node},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-        "reportingComponent": component,
-        "reportingInstance": node,
-    }
+    involved = {"apiVersion": (scv or {}).get("apiVersion", "core.run-linux.com/v1"), "kind": "Scv", "name": node,
+                "uid": ((scv or {}).get("metadata") or {}).get("uid")}
+    return core_event(involved, "Warning", "ScvContested", message, now, COMPONENT)
 
 
 class ScvWriter:
@@ -166,7 +151,7 @@ class ScvWriter:
             message = self.contest.message(self.node)
             LOG.warning("%s", message)
             try:
-                self.client.create_event(contest_event(current, self.node, message, now_rfc3339(), COMPONENT))
+                self.client.create_event(contest_event(current, self.node, message, now_rfc3339()))
                 self.counters.bump("events")
             except ApiError as error:
                 LOG.warning("the Event saying so could not be created: %s", error)

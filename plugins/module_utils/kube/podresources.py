@@ -14,6 +14,7 @@ for what each adds to the agent's memory). Field numbers follow the kubelet's pu
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import struct
 import time
@@ -227,8 +228,6 @@ class PodResourcesLister:
         self._digest = None
 
     def __call__(self, path=DEFAULT_SOCKET, timeout=2.0):
-        import hashlib
-
         message = call(path, LIST_PATH, b"", timeout)
         digest = hashlib.sha256(message).digest()
         if digest == self._digest:
