@@ -24,15 +24,22 @@ description:
   - Idempotent. A GPU whose MIG mode and instances (counted per profile; where they sit does not
     matter) already match is not touched. One that differs loses all its instances, which are
     then created anew, the largest first, at places where the whole layout fits.
-  - Everything is checked before any GPU changes - the entries, the profile names (against what
-    the GPU's driver offers), whether the layout fits, and the processes. A GPU that any process
-    uses (on the GPU or on one of its MIG devices) is refused, naming the PIDs, and nothing changes.
+  - Everything is checked before any GPU changes, MIG mode included - the entries, the profile
+    names (against what the GPU's driver offers), whether the layout fits, and the processes. A
+    GPU that any process uses (on the GPU or on one of its MIG devices) is refused, naming the
+    PIDs, and nothing changes. An entry that names no GPU is skipped with a warning; a layout
+    that names none at all is refused.
+  - While a GPU's MIG mode is off its driver lists no profiles, so its layout is planned from the
+    collection's table of the cards NVIDIA publishes MIG tables for (A100, A30, H100, H100 NVL,
+    H200). For another card whose mode is off, a layout with C(mig-devices) is refused before
+    anything changes: turn MIG mode on first (C(mig-enabled) true and no C(mig-devices)), then
+    apply it.
+  - Should the driver fail part-way, the module fails naming the GPUs already changed, from what
+    to what, and returns O(layout) entries that put them back (RV(restore_layout)).
   - MIG mode is changed by the driver with a GPU reset. Where the driver cannot reset the GPU (it
     reports that a reset or reboot is required, or something still holds the GPU, such as
     C(nvidia-persistenced) or a monitoring agent), the mode stays pending, the GPU's instances are
     not created, and the result says C(reboot_required); reboot (or reset the GPU) and run again.
-    While MIG mode is off the driver lists no profiles, so check mode then checks only the
-    profiles' spelling.
   - MIG instances do not outlive a reboot or a driver reload; run this again at boot.
 author:
   - scv.gpu contributors (!UNKNOWN)
@@ -111,6 +118,14 @@ gpus:
   sample: [{"index": 0, "uuid": "GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40", "name": "NVIDIA H100 80GB HBM3",
             "before": {"mig-enabled": false, "mig-devices": {}}, "after": {"mig-enabled": true, "mig-devices": {"1g.10gb": 7}},
             "changed": true, "pending": false}]
+restore_layout:
+  description:
+    - After a failure part-way, a layout that puts the GPUs that changed back as they were; pass it as
+      O(layout). Empty when no GPU changed.
+  returned: failure part-way
+  type: list
+  elements: dict
+  sample: [{"devices": [0], "mig-enabled": false, "mig-devices": {}}]
 reboot_required:
   description: Whether a MIG mode change waits for a GPU reset or a reboot (the GPUs with C(pending) true).
   returned: always
@@ -152,9 +167,16 @@ def main():
     except pynvml.NVMLError as error:
         module.fail_json(msg="NVML cannot be initialised, so no MIG layout can be read or applied: %s" % error)
     try:
-        gpus = lay_out(entries, [MigGpu(index) for index in range(pynvml.nvmlDeviceGetCount())], module.check_mode)
-    except (LayoutError, MigError) as error:
-        module.fail_json(msg=str(error))
+        gpus = lay_out(entries, [MigGpu(index) for index in range(pynvml.nvmlDeviceGetCount())], module.check_mode,
+                       warn=module.warn)
+    except MigError as error:
+        module.fail_json(msg=str(error), **({} if error.report is None else
+                                            dict(changed=bool(error.restore), gpus=error.report,
+                                                 restore_layout=error.restore)))
+    except LayoutError as error:
+        source = module.params["config_file"] or ("config" if module.params["config"] else None)
+        module.fail_json(msg="%s%s" % ("%s, layout %s: " % (source, module.params["config_name"]) if source else "",
+                                       error))
     finally:
         pynvml.nvmlShutdown()
     waiting = [gpu for gpu in gpus if gpu["pending"]]

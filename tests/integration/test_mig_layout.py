@@ -158,3 +158,40 @@ def test_a_gpu_without_mig_is_named(ansible, tmp_path):
     path = copy(tmp_path, "titan_xp")
     ok, result = ansible.module({"layout": ALL_1G}, scenario=path, name="scv.gpu.mig_layout")
     assert not ok and "GPU 0 (TITAN Xp) cannot do MIG" in result["msg"], result
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check", "apply"])
+@pytest.mark.parametrize("wanted, says", [
+    ({"4g.40gb": 2}, "GPU 3 (NVIDIA H100 80GB HBM3): 2 x 4g.40gb do not fit on one GPU"),
+    ({"1g.5gb": 7}, "GPU 3 (NVIDIA H100 80GB HBM3): 1g.5gb: not a MIG profile of this GPU; it has 1g.10gb,"),
+    ({"3g.40gb": 2, "1g.10gb": 2}, "do not fit on one GPU"),
+], ids=["too-many", "unknown-profile", "too-much"])
+def test_a_layout_that_cannot_finish_leaves_mig_mode_off_and_the_scenario_file_byte_identical(
+        ansible, tmp_path, wanted, says, check):
+    path = copy(tmp_path, "h100_sxm_x8")            # MIG mode off on every GPU; GPU 3 is idle
+    before = path.read_bytes()
+    layout = [{"devices": [3], "mig-enabled": True, "mig-devices": wanted}]
+    ok, result = ansible.module({"layout": layout}, scenario=path, name="scv.gpu.mig_layout", check=check)
+    assert not ok and says in result["msg"], result
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("text, says", [
+    (b"version: v1\nmig-configs:\n  all-1g\xff:\n    - {devices: all, mig-enabled: false}\n", "is not UTF-8 text"),
+    (b"version: v1\nmig-configs:\n  7:\n    - {devices: all, mig-enabled: false}\n", "the layout name 7 is not text"),
+    (b"version: v1\nmig-configs:\n  all-1g:\n    - {devices: all, device-filter: {a: 1}, mig-enabled: false}\n",
+     "device-filter: {'a': 1} is an object, not a PCI device ID"),
+    (b"version: v1\nmig-configs:\n  all-1g:\n    - {device-filter: [0x20B010DE], mig-enabled: true}\n",
+     "The layout names no GPU of this host"),
+    (b"version: v1\nmig-configs:\n  all-1g:\n    - {mig-enabled: true, mig_enabled: false}\n", "given twice"),
+], ids=["not-utf8", "number-name", "filter-mapping", "filter-matches-none", "both-spellings"])
+def test_a_mig_parted_file_that_cannot_be_used_is_refused_naming_it(ansible, tmp_path, text, says):
+    path = copy(tmp_path, "h100_mig_empty")
+    before = path.read_bytes()
+    config = tmp_path / "config.yaml"
+    config.write_bytes(text)
+    ok, result = ansible.module({"config_file": str(config), "config_name": "all-1g"}, scenario=path,
+                                name="scv.gpu.mig_layout")
+    assert not ok and str(config) in result["msg"], result
+    assert says in result["msg"] and "Traceback" not in ansible.last_output, result
+    assert path.read_bytes() == before

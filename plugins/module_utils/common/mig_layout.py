@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.value_kinds import json_kind
+
 ENTRY_KEYS = ("devices", "device-filter", "mig-enabled", "mig-devices")
 PROFILE_SYNTAX = re.compile(r"^[1-8]g\.[0-9]+gb(\+[a-z]+)*$")
 MEMORY_SLICES = 8
@@ -34,20 +36,41 @@ def _key(name):
 
 
 def _device_ids(value, where):
+    """PCI device IDs as nvidia-mig-parted takes them: one, or a list, each a string such as
+    0x233010DE (or a whole number)."""
     values = value if isinstance(value, list) else [value]
+    if not values:
+        raise LayoutError("%s.device-filter: an empty list matches no GPU; leave device-filter out to match "
+                          "every GPU, or name PCI device IDs such as 0x233010DE" % where)
     ids = []
     for item in values:
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            kind = json_kind(item)
+            raise LayoutError("%s.device-filter: %r is %s %s, not a PCI device ID; give a string such as 0x233010DE, "
+                              "or a list of them" % (where, item, "an" if kind[0] in "aeiou" else "a", kind))
         try:
-            ids.append(int(str(item), 16) if isinstance(item, str) else int(item))
+            ids.append(int(item, 16) if isinstance(item, str) else item)
         except ValueError:
             raise LayoutError("%s.device-filter: %r is not a PCI device ID such as 0x233010DE" % (where, item))
     return ids
 
 
+def _spelled_once(raw, where):
+    """The entry with its keys spelt with '-'; LayoutError when one key is given in both spellings."""
+    entry = {}
+    for key, value in raw.items():
+        name = _key(str(key))
+        if name in entry:
+            raise LayoutError("%s: %s is given twice (as %s and %s); give it once" % (
+                where, name, name, name.replace("-", "_")))
+        entry[name] = value
+    return entry
+
+
 def _entry(raw, where):
     if not isinstance(raw, dict):
         raise LayoutError("%s: an entry must be a mapping with %s" % (where, ", ".join(ENTRY_KEYS)))
-    entry = {_key(key): value for key, value in raw.items()}
+    entry = _spelled_once(raw, where)
     unknown = sorted(set(entry) - set(ENTRY_KEYS))
     if unknown:
         raise LayoutError("%s: unknown key(s) %s; an entry has %s" % (where, ", ".join(unknown), ", ".join(ENTRY_KEYS)))
@@ -92,21 +115,28 @@ def from_config(config, name, source):
     if config.get("version", "v1") != "v1":
         raise LayoutError("%s: version %r is not supported; v1 is" % (source, config.get("version")))
     layouts = config["mig-configs"]
-    if name not in layouts:
+    not_names = [name for name in layouts if not isinstance(name, str)]
+    if not_names:
+        first = not_names[0]
+        raise LayoutError("%s: mig-configs: the layout name %s is not text (YAML reads it as %s); quote every such "
+                          "name, as in '%s':" % (source, first, type(first).__name__, first))
+    if not isinstance(name, str) or name not in layouts:
         raise LayoutError("%s has no layout %r; it has %s" % (source, name, ", ".join(sorted(layouts)) or "none"))
     return normalise(layouts[name], "%s: mig-configs.%s" % (source, name))
 
 
 def assign(entries, gpus):
-    """{GPU index: entry} for every GPU an entry names (the others are left as they are).
-    ``gpus`` are dicts with ``index`` and ``deviceId`` (NVML's PCI device ID, an int)."""
-    chosen, by_index = {}, {gpu["index"]: gpu for gpu in gpus}
+    """({GPU index: entry} for every GPU an entry names, [positions of the entries that name none]);
+    the GPUs no entry names are left as they are. ``gpus`` are dicts with ``index`` and ``deviceId``
+    (NVML's PCI device ID, an int). LayoutError when no entry names any GPU."""
+    chosen, by_index, idle = {}, {gpu["index"]: gpu for gpu in gpus}, []
     for position, entry in enumerate(entries):
         if entry["devices"] != "all":
             missing = [index for index in entry["devices"] if index not in by_index]
             if missing:
                 raise LayoutError("layout[%d].devices: no GPU %s on this host (it has %d)"
                                   % (position, ", ".join(map(str, missing)), len(gpus)))
+        named = False
         for gpu in gpus:
             if entry["devices"] != "all" and gpu["index"] not in entry["devices"]:
                 continue
@@ -115,8 +145,27 @@ def assign(entries, gpus):
             if gpu["index"] in chosen:
                 raise LayoutError("GPU %d is named by layout[%d] and layout[%d]: name each GPU once"
                                   % (gpu["index"], chosen[gpu["index"]][0], position))
-            chosen[gpu["index"]] = (position, entry)
-    return {index: entry for index, (_position, entry) in chosen.items()}
+            chosen[gpu["index"]], named = (position, entry), True
+        if not named:
+            idle.append(position)
+    if not chosen:
+        raise LayoutError("The layout names no GPU of this host, so nothing would be laid out: %s" % _no_match(
+            entries, gpus))
+    return {index: entry for index, (_position, entry) in chosen.items()}, idle
+
+
+def _no_match(entries, gpus):
+    if not gpus:
+        return "the host has no GPUs."
+    filters = sorted({device_id for entry in entries for device_id in entry["device-filter"] or []})
+    return "its device-filter names %s; this host's GPUs are %s. Add their IDs, or name another layout." % (
+        ", ".join(pci_id(device_id) for device_id in filters),
+        ", ".join("%d (%s)" % (gpu["index"], pci_id(gpu.get("deviceId"))) for gpu in gpus))
+
+
+def pci_id(device_id):
+    """NVML's PCI device ID as nvidia-mig-parted's device-filter writes it: 0x233010DE."""
+    return "0x%08X" % device_id if isinstance(device_id, int) else "unknown"
 
 
 def counts(profiles):

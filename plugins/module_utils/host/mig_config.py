@@ -23,14 +23,21 @@ PARSE_ERRORS = (ValueError, yaml.YAMLError) if yaml else (ValueError,)
 def read_config_file(path):
     """The configuration in the YAML (or, without PyYAML, JSON) file ``path``; LayoutError naming the file."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as error:
         raise LayoutError("config_file %s cannot be read: %s" % (path, error.strerror))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise LayoutError("config_file %s is not UTF-8 text: byte 0x%02x at offset %d cannot be read; save it as "
+                          "UTF-8" % (path, data[error.start], error.start))
     try:
         return yaml.safe_load(text) if yaml else json.loads(text)
     except PARSE_ERRORS as error:
         raise LayoutError("config_file %s is not valid YAML: %s" % (path, error))
+    except RecursionError:
+        raise LayoutError("config_file %s is not a MIG configuration: it is nested too deeply to read" % path)
 
 
 def layout_entries(layout=None, config=None, config_file=None, config_name=None):

@@ -13,8 +13,16 @@ layout's entries (``common.mig_layout``) to the GPUs they name. NVML must be ini
 from __future__ import annotations
 
 import ctypes
+import json
 
-from ansible_collections.scv.gpu.plugins.module_utils.common.mig_layout import LayoutError, assign, counts, place
+from ansible_collections.scv.gpu.plugins.module_utils.common.mig_layout import (
+    LayoutError,
+    assign,
+    counts,
+    pci_id,
+    place,
+)
+from ansible_collections.scv.gpu.plugins.module_utils.common.mig_profiles import known_profiles
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     ABSENT,
     as_text,
@@ -32,7 +40,15 @@ MAX_INSTANCES = 8
 
 
 class MigError(Exception):
-    """An NVML call on a GPU's MIG state failed; the message says which and on which GPU."""
+    """An NVML call on a GPU's MIG state failed; the message says which and on which GPU.
+
+    Raised part-way through a layout, it also carries ``report`` (every GPU named, as lay_out
+    reports them, with ``failed`` on the GPU at fault) and ``restore`` (a layout that puts the GPUs
+    that changed back as they were)."""
+
+    def __init__(self, message, report=None, restore=None):
+        super().__init__(message)
+        self.report, self.restore = report, restore
 
 
 def _call(what, index, function, *args):
@@ -191,14 +207,30 @@ def plan_for(gpu, wanted, table):
     return plan
 
 
+def profiles_while_off(gpu):
+    """The profiles ``gpu`` will offer once its MIG mode is on, from the collection's table of the
+    card; LayoutError saying what to do for a card it does not know."""
+    table = known_profiles(gpu.device_id)
+    if table is None:
+        raise LayoutError(
+            "GPU %d (%s): its MIG mode is off, and the driver lists a card's MIG profiles only while MIG mode is "
+            "on. The profiles of this card (PCI device %s) are not in the collection's table, so the layout cannot "
+            "be checked before MIG mode changes. Turn MIG mode on first (an entry with mig-enabled: true and no "
+            "mig-devices), then apply the layout." % (gpu.index, gpu.name, pci_id(gpu.device_id)))
+    return table
+
+
 def survey(gpu, entry):
-    """What this GPU is and what it should become, checked: raises LayoutError where it cannot."""
+    """What this GPU is and what it should become, checked: raises LayoutError where it cannot.
+    A GPU whose MIG mode is off is planned from the collection's table of its card."""
     mode = gpu.mode()
     if mode is None and entry["mig-enabled"]:
         raise LayoutError("GPU %d (%s) cannot do MIG" % (gpu.index, gpu.name))
     table = gpu.profiles() if mode and mode[0] else {}
     instances = gpu.instances(table) if table else []
-    plan = plan_for(gpu, entry["mig-devices"], table) if table and entry["mig-enabled"] else None
+    plan = None
+    if entry["mig-enabled"] and entry["mig-devices"]:
+        plan = plan_for(gpu, entry["mig-devices"], table or profiles_while_off(gpu))
     before = state_of(mode, table, instances)
     after = {"mig-enabled": entry["mig-enabled"], "mig-devices": dict(sorted(entry["mig-devices"].items()))}
     return {"gpu": gpu, "mode": mode, "table": table, "instances": instances, "plan": plan,
@@ -215,21 +247,70 @@ def apply(work):
         if gpu.set_mode(entry_after["mig-enabled"]) != SUCCESS or gpu.mode()[0] != entry_after["mig-enabled"]:
             return True
     if entry_after["mig-enabled"] and entry_after["mig-devices"]:
-        # planned in survey() when MIG mode was on; the driver lists its profiles only once it is
-        table = work["table"] or gpu.profiles()
-        gpu.create(table, work["plan"] or plan_for(gpu, entry_after["mig-devices"], table))
+        table, plan = work["table"], work["plan"]
+        if not table:
+            # planned from the collection's table while MIG mode was off: the driver's own now decides
+            table = gpu.profiles()
+            try:
+                plan = plan_for(gpu, entry_after["mig-devices"], table)
+            except LayoutError as error:
+                raise MigError("%s (the driver's MIG profiles for this card differ from the collection's table)"
+                               % error)
+        gpu.create(table, plan)
     return False
 
 
-def lay_out(entries, gpus, check_mode=False):
+def _state_now(gpu):
+    """The GPU's MIG state read again after a failure, or None where it cannot be read."""
+    try:
+        mode = gpu.mode()
+        table = gpu.profiles() if mode and mode[0] else {}
+        return state_of(mode, table, gpu.instances(table) if table else [])
+    except (MigError, pynvml.NVMLError):
+        return None
+
+
+def _part_way(error, report, item):
+    """The MigError for a failure on ``item``'s GPU after the GPUs of ``report`` were laid out."""
+    gpu = item["gpu"]
+    now = _state_now(gpu)
+    report = report + [{"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "before": item["before"],
+                        "after": now, "changed": now != item["before"], "pending": False, "failed": str(error)}]
+    touched = [gpu for gpu in report if gpu["changed"]]
+    restore = [{"devices": [gpu["index"]], "mig-enabled": gpu["before"]["mig-enabled"],
+                "mig-devices": gpu["before"]["mig-devices"]} for gpu in touched]
+    changed = "; ".join("GPU %d from %s to %s" % (gpu["index"], _said(gpu["before"]), _said(gpu["after"]))
+                        for gpu in touched) or "none"
+    untouched = [gpu["index"] for gpu in report if not gpu["changed"]]
+    message = ("The MIG layout stopped part-way: %s. GPUs changed: %s. Left as they were: %s.%s"
+               % (error, changed, ", ".join(map(str, untouched)) or "none",
+                  " To put the changed GPUs back, run scv.gpu.mig_layout with layout: %s" % json.dumps(restore)
+                  if restore else ""))
+    return MigError(message, report=report, restore=restore)
+
+
+def _said(state):
+    if state is None:
+        return "a state that cannot be read"
+    if not state["mig-enabled"]:
+        return "MIG off"
+    return "MIG on with %s" % (", ".join("%d x %s" % (n, p) for p, n in state["mig-devices"].items()) or "no instances")
+
+
+def lay_out(entries, gpus, check_mode=False, warn=None):
     """Applies checked layout ``entries`` to ``gpus`` (MigGpu, by index); a report per GPU named, each with
     ``index``, ``uuid``, ``name``, ``before``, ``after``, ``changed`` and ``pending`` (a MIG mode change that
-    waits for a reset).
+    waits for a reset). ``warn`` is told of each entry that names no GPU.
 
-    Every GPU is surveyed before any changes; a GPU that would change while processes use it raises MigError
-    naming their PIDs, and nothing changes. In check mode nothing changes either.
+    Every GPU is surveyed and planned before any changes, its MIG mode included; a GPU that would change while
+    processes use it raises MigError naming their PIDs, and nothing changes. In check mode nothing changes either.
+    A failure part-way raises MigError naming the GPUs already changed and how to restore them.
     """
-    chosen = assign(entries, [{"index": gpu.index, "deviceId": gpu.device_id} for gpu in gpus])
+    chosen, idle = assign(entries, [{"index": gpu.index, "deviceId": gpu.device_id} for gpu in gpus])
+    for position in idle:
+        if warn:
+            warn("layout[%d] names no GPU of this host (its devices or device-filter match none); it was skipped"
+                 % position)
     work = [survey(gpus[index], entry) for index, entry in sorted(chosen.items())]
     busy = ["GPU %d (%s): PIDs %s" % (item["gpu"].index, item["gpu"].name, ", ".join(map(str, pids)))
             for item in work if item["changed"] for pids in [item["gpu"].processes()] if pids]
@@ -239,7 +320,10 @@ def lay_out(entries, gpus, check_mode=False):
     report = []
     for item in work:
         gpu = item["gpu"]
-        pending = bool(item["changed"]) and not check_mode and apply(item)
+        try:
+            pending = bool(item["changed"]) and not check_mode and apply(item)
+        except MigError as error:
+            raise _part_way(error, report, item) from error
         report.append({"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "before": item["before"],
                        "after": item["after"], "changed": bool(item["changed"]), "pending": bool(pending)})
     return report

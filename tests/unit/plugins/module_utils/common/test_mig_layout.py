@@ -73,6 +73,16 @@ def test_entries_accept_either_spelling_and_drop_zero_counts():
     ([{"mig-enabled": True, "mig-devices": {"big": 1}}], "'big' is not a MIG GPU instance profile"),
     ([{"mig-enabled": True, "device-filter": ["H100"]}], "layout[0].device-filter: 'H100' is not a PCI device ID"),
     ([{"mig-enabled": True}, "all"], "layout[1]: an entry must be a mapping"),
+    ([{"mig-enabled": True, "device-filter": {"0x233010DE": True}}],
+     "layout[0].device-filter: {'0x233010DE': True} is an object, not a PCI device ID; give a string such as"),
+    ([{"mig-enabled": True, "device-filter": [["0x233010DE"]]}],
+     "layout[0].device-filter: ['0x233010DE'] is an array, not a PCI device ID"),
+    ([{"mig-enabled": True, "device-filter": [None]}], "layout[0].device-filter: None is a null, not a PCI"),
+    ([{"mig-enabled": True, "device-filter": True}], "layout[0].device-filter: True is a boolean, not a PCI"),
+    ([{"mig-enabled": True, "device-filter": []}], "layout[0].device-filter: an empty list matches no GPU"),
+    ([{"mig-enabled": True, "mig_enabled": False}],
+     "layout[0]: mig-enabled is given twice (as mig-enabled and mig_enabled); give it once"),
+    ([{"mig-enabled": True, "mig_devices": {}, "mig-devices": {"1g.10gb": 7}}], "mig-devices is given twice"),
 ])
 def test_bad_entries_are_named(entries, says):
     with pytest.raises(LayoutError, match=None) as caught:
@@ -86,8 +96,22 @@ GPUS = [{"index": 0, "deviceId": 0x233010DE}, {"index": 1, "deviceId": 0x20B010D
 def test_gpus_are_assigned_by_index_and_device_filter():
     entries = normalise([{"devices": "all", "device-filter": ["0x233010DE"], "mig-enabled": True},
                          {"devices": [1], "mig-enabled": False}])
-    chosen = assign(entries, GPUS)
-    assert chosen[0]["mig-enabled"] is True and chosen[1]["mig-enabled"] is False
+    chosen, idle = assign(entries, GPUS)
+    assert chosen[0]["mig-enabled"] is True and chosen[1]["mig-enabled"] is False and idle == []
+
+
+def test_an_entry_that_names_no_gpu_is_reported_and_a_layout_that_names_none_is_refused():
+    entries = normalise([{"device-filter": "0x20B210DE", "mig-enabled": True},
+                         {"devices": "all", "device-filter": ["0x233010DE"], "mig-enabled": False}])
+    chosen, idle = assign(entries, GPUS)
+    assert sorted(chosen) == [0] and idle == [0]
+    with pytest.raises(LayoutError) as caught:
+        assign(entries[:1], GPUS)
+    assert str(caught.value) == (
+        "The layout names no GPU of this host, so nothing would be laid out: its device-filter names 0x20B210DE; "
+        "this host's GPUs are 0 (0x233010DE), 1 (0x20B010DE). Add their IDs, or name another layout.")
+    with pytest.raises(LayoutError, match="the host has no GPUs"):
+        assign(normalise([{"mig-enabled": False}]), [])
 
 
 def test_a_config_names_its_layouts():

@@ -50,3 +50,20 @@ def test_a_missing_or_broken_file_is_named(tmp_path):
     broken.write_text("mig-configs: [unclosed\n")
     with pytest.raises(LayoutError, match=r"config_file %s is not valid YAML" % broken):
         layout_entries(config_file=str(broken), config_name="any")
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"version: v1\nmig-configs:\n  caf\xe9: []\n", "is not UTF-8 text: byte 0xe9 at offset 30"),
+    (b"[" * 5000, "is not a MIG configuration: it is nested too deeply to read"),
+    (b"version: v1\nmig-configs:\n  1:\n    - {devices: all, mig-enabled: false}\n  all-off: []\n",
+     "mig-configs: the layout name 1 is not text (YAML reads it as int); quote every such name, as in '1':"),
+    (b"version: v1\nmig-configs:\n  2026-11-25: []\n", "the layout name 2026-11-25 is not text (YAML reads it as date)"),
+    (b"- just\n- a list\n", "a 'mig-configs' mapping of layout names to entries is needed"),
+    (b"", "a 'mig-configs' mapping of layout names to entries is needed"),
+], ids=["not-utf8", "too-deep", "number-name", "date-name", "a-list", "empty"])
+def test_an_unreadable_configuration_is_refused_naming_the_file(tmp_path, data, says):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(data)
+    with pytest.raises(LayoutError) as caught:
+        layout_entries(config_file=str(path), config_name="1")
+    assert str(path) in str(caught.value) and says in str(caught.value)

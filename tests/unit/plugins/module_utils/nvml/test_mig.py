@@ -25,8 +25,10 @@ H100 = {
 class StandInGpu:
     """What lay_out asks of a MigGpu, with the driver's answers given and every change recorded."""
 
-    def __init__(self, index, mode=(False, False), instances=(), pids=(), mode_status=SUCCESS, mig=True):
-        self.index, self.name, self.uuid, self.device_id = index, "NVIDIA H100 80GB HBM3", "GPU-%d" % index, H100_ID
+    def __init__(self, index, mode=(False, False), instances=(), pids=(), mode_status=SUCCESS, mig=True,
+                 device_id=H100_ID, table=None, fail_create=False):
+        self.index, self.name, self.uuid, self.device_id = index, "NVIDIA H100 80GB HBM3", "GPU-%d" % index, device_id
+        self.table, self.fail_create = dict(H100) if table is None else table, fail_create
         self._mode = mode if mig else None
         self._instances = [{"id": n, "profile": profile, "start": start, "compute_instances": []}
                            for n, (profile, start) in enumerate(instances)]
@@ -36,7 +38,7 @@ class StandInGpu:
         return self._mode
 
     def profiles(self):
-        return dict(H100) if self._mode and self._mode[0] else {}
+        return dict(self.table) if self._mode and self._mode[0] else {}
 
     def instances(self, table):
         return list(self._instances)
@@ -58,6 +60,11 @@ class StandInGpu:
 
     def create(self, table, plan):
         self.calls.append(("create", sorted(plan)))
+        if self.fail_create:
+            raise MigError("GPU %d: creating a 1g.10gb GPU instance at slice 0 failed: Insufficient Resources"
+                           % self.index)
+        self._instances = [{"id": n, "profile": profile, "start": start, "compute_instances": []}
+                           for n, (profile, start) in enumerate(plan)]
 
 
 def entries(*raw):
@@ -138,3 +145,65 @@ def test_a_plan_that_does_not_fit_or_names_an_unknown_profile_names_the_gpu():
         plan_for(gpu, {"7g.80gb": 2}, H100)
     with pytest.raises(LayoutError, match=r"^GPU 0 \(NVIDIA H100 80GB HBM3\): .*2g\.20gb"):
         plan_for(gpu, {"2g.20gb": 1}, H100)
+
+
+@pytest.mark.parametrize("wanted, says", [
+    ({"4g.40gb": 2}, r"GPU 0 \(NVIDIA H100 80GB HBM3\): 2 x 4g.40gb do not fit on one GPU"),
+    ({"1g.5gb": 7}, r"1g\.5gb: not a MIG profile of this GPU; it has 1g\.10gb, 1g\.10gb\+me, 1g\.20gb, 2g\.20gb"),
+])
+def test_a_layout_that_cannot_finish_on_a_gpu_with_mig_off_changes_nothing(wanted, says):
+    gpus = [StandInGpu(0), StandInGpu(1)]
+    for check_mode in (True, False):
+        with pytest.raises(LayoutError, match=says):
+            lay_out(entries({"devices": "all", "mig-enabled": True, "mig-devices": wanted}), gpus, check_mode)
+    assert [gpu.calls for gpu in gpus] == [[], []]
+    assert [gpu.mode() for gpu in gpus] == [(False, False)] * 2
+
+
+def test_a_card_whose_profiles_are_unknown_needs_mig_mode_on_first():
+    gpu = StandInGpu(0, device_id=0x26B510DE)
+    with pytest.raises(LayoutError) as caught:
+        lay_out(entries(SEVEN), [gpu])
+    assert "PCI device 0x26B510DE) are not in the collection's table" in str(caught.value)
+    assert "Turn MIG mode on first (an entry with mig-enabled: true and no mig-devices)" in str(caught.value)
+    assert gpu.calls == []
+    [report] = lay_out(entries({"devices": "all", "mig-enabled": True}), [gpu])     # the first step it names
+    assert report["changed"] and gpu.calls == [("set_mode", True)]
+    [report] = lay_out(entries(SEVEN), [gpu])                                         # then the driver's table
+    assert gpu.calls[-1] == ("create", [("1g.10gb", n) for n in range(7)])
+
+
+def test_a_failure_part_way_names_the_gpus_changed_and_how_to_restore_them():
+    done, failing, untouched = (StandInGpu(0, mode=(True, True), instances=[("7g.80gb", 0)]),
+                                StandInGpu(1, mode=(True, True), instances=[("3g.40gb", 0)], fail_create=True),
+                                StandInGpu(2))
+    layout = entries(SEVEN)
+    with pytest.raises(MigError) as caught:
+        lay_out(layout, [done, failing, untouched])
+    error = caught.value
+    assert str(error) == (
+        "The MIG layout stopped part-way: GPU 1: creating a 1g.10gb GPU instance at slice 0 failed: Insufficient "
+        "Resources. GPUs changed: GPU 0 from MIG on with 1 x 7g.80gb to MIG on with 7 x 1g.10gb; GPU 1 from MIG on "
+        "with 1 x 3g.40gb to MIG on with no instances. Left as they were: none. To put the changed GPUs back, run "
+        "scv.gpu.mig_layout with layout: [{\"devices\": [0], \"mig-enabled\": true, \"mig-devices\": "
+        "{\"7g.80gb\": 1}}, {\"devices\": [1], \"mig-enabled\": true, \"mig-devices\": {\"3g.40gb\": 1}}]")
+    assert untouched.calls == []
+    assert [gpu["index"] for gpu in error.report] == [0, 1] and "Insufficient Resources" in error.report[1]["failed"]
+    assert error.restore == [{"devices": [0], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}},
+                             {"devices": [1], "mig-enabled": True, "mig-devices": {"3g.40gb": 1}}]
+
+
+def test_a_driver_whose_profiles_differ_from_the_table_stops_with_the_mode_change_named():
+    gpu = StandInGpu(0, table={"7g.80gb": H100["7g.80gb"]})
+    with pytest.raises(MigError) as caught:
+        lay_out(entries(SEVEN), [gpu])
+    assert "differ from the collection's table" in str(caught.value)
+    assert "GPU 0 from MIG off to MIG on with no instances" in str(caught.value)
+    assert caught.value.restore == [{"devices": [0], "mig-enabled": False, "mig-devices": {}}]
+
+
+def test_an_entry_that_names_no_gpu_is_warned_of():
+    said = []
+    lay_out(entries({"devices": [0], "mig-enabled": False}, {"device-filter": "0x20B010DE", "mig-enabled": True}),
+            [StandInGpu(0)], warn=said.append)
+    assert said == ["layout[1] names no GPU of this host (its devices or device-filter match none); it was skipped"]
