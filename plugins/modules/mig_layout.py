@@ -32,7 +32,7 @@ description:
   - While a GPU's MIG mode is off its driver lists no profiles, so its layout is planned from the
     collection's table of the cards NVIDIA publishes MIG tables for (A100, A30, H100, H100 NVL,
     H200). For another card whose mode is off, a layout with C(mig-devices) is refused before
-    anything changes: turn MIG mode on first (C(mig-enabled) true and no C(mig-devices)), then
+    anything changes; turn MIG mode on first (C(mig-enabled) true and no C(mig-devices)), then
     apply it.
   - Should the driver fail part-way, the module fails naming the GPUs already changed, from what
     to what, and returns O(layout) entries that put them back (RV(restore_layout)).

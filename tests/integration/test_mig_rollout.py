@@ -144,3 +144,36 @@ def test_a_node_with_its_layout_is_left_alone_and_a_busy_one_is_refused_uncordon
     assert "processes use GPU 0 (NVIDIA H100 80GB HBM3): PIDs 5150" in output
     for name in (done_name, busy_name):
         assert not read_object(plane, "node", name)["spec"].get("unschedulable"), output
+
+
+@pytest.mark.parametrize("case", ["single-several-profiles", "single-check-mode", "lost-card"])
+def test_a_node_nvidias_device_plugin_would_refuse_is_refused_before_the_cordon(ansible, control_plane, tmp_path, case):
+    """NVIDIA's plugin will not start under strategy single with MIG devices of several profiles
+    (tests/fixtures/device-plugin/h100_mig_mixed-single.txt), nor with a GPU it cannot read
+    (lost_card-*.txt): the role says so before it cordons the node or changes a GPU."""
+    plane = control_plane
+    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    name = "mig-refused-%s-%s" % (case.split("-")[0], tag)
+    put_node(plane, name)
+    hosts = [host(tmp_path, ansible, name, "h100_mig_empty")]
+    if case == "lost-card":
+        document = json.loads(hosts[0][2].read_text())
+        document["devices"][1]["errors"] = {"*": "GPU_IS_LOST"}
+        hosts[0][2].write_text(json.dumps(document))
+    before = hosts[0][2].read_bytes()
+    layout = [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "1g.10gb": 4}}]
+    extra = ["-e", json.dumps({"mig_layout_entries": layout, "mig_layout_mig_strategy": "single"})]
+    if case == "single-check-mode":
+        extra.append("--check")
+    result = rollout(ansible, plane, tmp_path, hosts, *extra)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    if case == "lost-card":
+        assert "GPU 1: getting its handle failed" in output, output
+    else:
+        assert ("NVIDIA's device plugin will not start on this node under MIG strategy single: its MIG devices are of "
+                "2 profiles (1g.10gb, 3g.40gb)") in output, output
+        assert "node %s was not cordoned" % name in output
+    assert hosts[0][2].read_bytes() == before
+    node = read_object(plane, "node", name)
+    assert not node["spec"].get("unschedulable") and ANNOTATION not in (node["metadata"].get("annotations") or {})

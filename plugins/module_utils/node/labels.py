@@ -192,7 +192,7 @@ def _gpu_labels(cards):
     return labels
 
 
-def _mig_devices(cards):
+def mig_devices(cards):
     """(parent card, MIG device) for every MIG device with a profile, in GPU order."""
     return [(card, device) for card in cards if card.get("migEnabled")
             for device in card.get("migDevices") or [] if device.get("profile")]
@@ -217,7 +217,7 @@ def _single_labels(cards):
     enabled = [card for card in cards if card.get("migEnabled")]
     if not enabled:
         return {}
-    devices = _mig_devices(cards)
+    devices = mig_devices(cards)
     profiles = {mig_resource_name(device["profile"]) for _card, device in devices}
     if (any(not card.get("migDevices") for card in enabled) or len(enabled) != len(cards)
             or len(profiles) != 1):
@@ -230,7 +230,7 @@ def _single_labels(cards):
 def _mixed_labels(cards):
     """Strategy mixed: nvidia.com/mig-<profile>.* for every MIG profile the node has."""
     labels, counts, first = {}, {}, {}
-    for card, device in _mig_devices(cards):
+    for card, device in mig_devices(cards):
         name = mig_resource_name(device["profile"])
         counts[name] = counts.get(name, 0) + 1
         first.setdefault(name, (card, device))
@@ -289,20 +289,3 @@ def label_changes(current, desired, gpu_label_key):
     changes = {key: value for key, value in desired.items() if current.get(key) != value}
     changes.update({key: None for key in current if owns(key, gpu_label_key) and key not in desired})
     return changes
-
-
-def device_plugin_resources(fact, mig_strategy):
-    """{resource: count} NVIDIA's device plugin offers for these GPUs under ``mig_strategy``:
-    whole GPUs as nvidia.com/gpu (strategy none: every GPU; mixed: those with MIG off), MIG
-    devices as nvidia.com/gpu (single) or nvidia.com/mig-<profile> (mixed)."""
-    cards = [card for card in (fact or {}).get("cardList") or [] if card.get("model")]
-    if mig_strategy == "none":
-        return {"nvidia.com/gpu": len(cards)}
-    devices = _mig_devices(cards)
-    if mig_strategy == "single":
-        return {"nvidia.com/gpu": len(devices) if devices else len(cards)}
-    resources = {"nvidia.com/gpu": sum(1 for card in cards if not card.get("migEnabled"))}
-    for _card, device in devices:
-        name = "nvidia.com/mig-" + mig_resource_name(device["profile"])
-        resources[name] = resources.get(name, 0) + 1
-    return resources

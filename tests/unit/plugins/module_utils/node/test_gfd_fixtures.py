@@ -16,6 +16,12 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpus
+from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import (
+    PluginRefusal,
+    device_plugin_resources,
+    laid_out,
+    refusal,
+)
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import desired_labels
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
 
@@ -112,22 +118,49 @@ def test_fixtures_cover_each_mig_case():
 PLUGIN_FIXTURES = sorted((ROOT / "tests" / "fixtures" / "device-plugin").glob("*.txt"))
 
 
+def plugin_fixture(path):
+    """(scenario, strategy, the resources NVIDIA's device plugin served, whether it refused to start)."""
+    text = path.read_text()
+    scenario, strategy = re.search(r"# scenario (\w+), --mig-strategy (\w+)", text).groups()
+    lines = text.splitlines()
+    served = {line.split(" ", 1)[1] for line in lines if line.startswith("serves ")}
+    return scenario, strategy, served, any(line.startswith("refuses: ") for line in lines)
+
+
 @pytest.mark.parametrize("path", PLUGIN_FIXTURES, ids=lambda path: path.stem)
 def test_the_resources_equal_what_nvidias_device_plugin_serves(nvml_simulator, tmp_path, path):
     """device_plugin_resources (what the mig_layout role waits for) names the resources NVIDIA's
-    device plugin started to serve on the same GPUs; where the plugin refuses, so do the labels."""
-    from ansible_collections.scv.gpu.plugins.module_utils.node.labels import device_plugin_resources
-    scenario, strategy = re.search(r"# scenario (\w+), --mig-strategy (\w+)", path.read_text()).groups()
-    lines = path.read_text().splitlines()
-    served = {line.split(" ", 1)[1] for line in lines if line.startswith("serves ")}
-    refused = [line for line in lines if line.startswith("refuses: ")]
+    device plugin started to serve on the same GPUs; where the plugin refused to start, it promises
+    nothing and refusal() gives the reason."""
+    scenario, strategy, served, refused = plugin_fixture(path)
     ours, fact = our_labels(nvml_simulator, tmp_path, scenario, strategy)
     if refused:
-        lost = [card for card in fact["cardList"] if not card.get("model")]
-        # single on MIG devices of several profiles, on GPUs with MIG off beside ones with it on,
-        # or on a MIG GPU with no MIG device: both refuse; a lost GPU or no driver stops the plugin
-        assert ((strategy == "single" and ours.get("nvidia.com/gpu.product", "").endswith("-MIG-INVALID"))
-                or lost or not fact["nvml_available"]), refused
+        assert refusal(fact, strategy), path.read_text()
+        with pytest.raises(PluginRefusal):
+            device_plugin_resources(fact, strategy)
         return
+    assert refusal(fact, strategy) is None
     resources = device_plugin_resources(fact, strategy)
     assert {name for name, count in resources.items() if count} == served
+
+
+MIG_SCENARIOS = ["h100_mig_all_1g", "h100_mig_empty", "h100_mig_mixed"]
+
+
+@pytest.mark.parametrize("strategy", ["single", "mixed"])
+@pytest.mark.parametrize("start, goal", [(a, b) for a in MIG_SCENARIOS for b in MIG_SCENARIOS if a != b])
+def test_a_node_is_judged_as_a_layout_will_leave_it(nvml_simulator, tmp_path, start, goal, strategy):
+    """A node judged before a layout (its facts now, and the plan's after states) is judged as the
+    plugin judged the scenario that has that layout already."""
+    _ours, before = our_labels(nvml_simulator, tmp_path / "a", start, strategy)
+    _ours, after = our_labels(nvml_simulator, tmp_path / "b", goal, strategy)
+    plan = [{"index": index, "after": {"mig-enabled": bool(card.get("migEnabled")), "mig-devices": {
+        profile: [device["profile"] for device in card.get("migDevices") or []].count(profile)
+        for profile in {device["profile"] for device in card.get("migDevices") or []}}}}
+        for index, card in enumerate(after["cardList"])]
+    _goal, _strategy, served, refused = plugin_fixture(FIXTURES.parent / "device-plugin" / (
+        "%s-%s.txt" % (goal, strategy)))
+    judged = laid_out(before, plan)
+    assert bool(refusal(judged, strategy)) is refused
+    if not refused:
+        assert {name for name, count in device_plugin_resources(judged, strategy).items() if count} == served

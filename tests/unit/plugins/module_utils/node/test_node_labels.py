@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import re
+
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
@@ -132,12 +134,55 @@ def _mig_fact():
 
 @pytest.mark.parametrize("strategy, resources", [
     ("none", {"nvidia.com/gpu": 2}),
-    ("single", {"nvidia.com/gpu": 3}),
     ("mixed", {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb.me": 1}),
 ])
 def test_what_the_device_plugin_offers_per_strategy(strategy, resources):
-    from ansible_collections.scv.gpu.plugins.module_utils.node.labels import device_plugin_resources
+    from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import device_plugin_resources
     assert device_plugin_resources(_mig_fact(), strategy) == resources
+
+
+def _single(*cards):
+    return {"nvml_available": True, "cardList": [
+        {"model": "NVIDIA H100 80GB HBM3", "migEnabled": bool(profiles),
+         "migDevices": [{"profile": profile} for profile in profiles or []]} if profiles is not None else
+        {"model": "NVIDIA H100 80GB HBM3", "migEnabled": True, "migDevices": []} for profiles in cards]}
+
+
+@pytest.mark.parametrize("fact, says", [
+    (_mig_fact(), "its MIG devices are of 2 profiles (1g.10gb, 2g.20gb+me), and single takes one"),
+    (_single(["1g.10gb"] * 7, None), "GPU 1 has MIG on and no MIG device"),
+    (_single(["1g.10gb"] * 7, []), "GPU 1 has MIG off beside GPUs with it on"),
+    ({"nvml_available": True, "cardList": [{"model": "A"}, {"health": "Unhealthy"}]},
+     "GPU 1 cannot be read, and the plugin stops at the first GPU it cannot read"),
+    ({"nvml_available": False, "nvml_error": "Driver Not Loaded"}, "NVML cannot be initialised (Driver Not Loaded)"),
+])
+def test_a_node_the_device_plugin_will_not_start_on_is_promised_nothing(fact, says):
+    from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import (
+        PluginRefusal,
+        device_plugin_resources,
+        refusal,
+    )
+    assert says in refusal(fact, "single")
+    with pytest.raises(PluginRefusal, match=re.escape(says)):
+        device_plugin_resources(fact, "single")
+    assert device_plugin_resources(_single(["1g.10gb"] * 7, ["1g.10gb"] * 7), "single") == {"nvidia.com/gpu": 14}
+
+
+def test_the_refusal_filter_judges_the_node_as_a_layout_leaves_it():
+    from ansible_collections.scv.gpu.plugins.filter.device_plugin_resources import (
+        scv_gpu_device_plugin_refusal,
+        scv_gpu_device_plugin_resources,
+    )
+    fact = _single([], [])
+    mixed = [{"index": 0, "after": {"mig-enabled": True, "mig-devices": {"1g.10gb": 4, "3g.40gb": 1}}}]
+    assert scv_gpu_device_plugin_refusal(fact, "single") == ""
+    assert "GPU 1 has MIG off beside" in scv_gpu_device_plugin_refusal(fact, "single", [
+        {"index": 0, "after": {"mig-enabled": True, "mig-devices": {"1g.10gb": 7}}}])
+    assert "2 profiles (1g.10gb, 3g.40gb)" in scv_gpu_device_plugin_refusal(fact, "single", mixed + [
+        dict(mixed[0], index=1)])
+    assert scv_gpu_device_plugin_resources(fact, "mixed", mixed) == {
+        "nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-3g.40gb": 1}
+    assert fact["cardList"][0]["migEnabled"] is False          # the fact given is not changed
 
 
 def test_the_filter_refuses_an_unknown_strategy():
