@@ -60,19 +60,20 @@ GRUBENV_SIGNATURE = "# GRUB Environment Block\n"
 
 
 def read_grubenv(path, name):
-    """{name: value} from a GRUB environment block (grub-editenv's format); None when there is none.
+    """({name: value}, note) from a GRUB environment block (grub-editenv's format); ({}, None) when there is none.
 
-    GRUB ignores a block without its signature, and with it every next_entry and saved_entry it holds:
-    what boots next is then not certain, and Unreadable says so (``name``: the file as the host names it).
+    GRUB loads no block that lacks its signature (an empty file, or one written by an editor), and so none of its
+    next_entry or saved_entry: such a block gives ({}, a note that says so, ``name`` being the file as the host
+    names it).
     """
     text = read_text(path)
     if text is None:
-        return None
+        return {}, None
     if not text.startswith(GRUBENV_SIGNATURE):
-        raise Unreadable("%s is not a GRUB environment block (it does not start with '# GRUB Environment Block'), "
-                         "so GRUB ignores it: write it anew with grub-editenv %s create, then set the entry with "
-                         "grub-set-default or grub-reboot" % (name, name))
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+        return {}, ("GRUB ignores %s, which is not a GRUB environment block (it does not start with '# GRUB "
+                    "Environment Block'): write it anew with grub-editenv %s create, then set the entry with "
+                    "grub-set-default or grub-reboot" % (name, name))
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#")), None
 
 
 def grub_default_setting(root):
@@ -182,7 +183,7 @@ def grub_next(root):
     if text is None:
         return None
     cfg_name, env_name = "/%s/grub.cfg" % folder, "/%s/grubenv" % folder
-    env = read_grubenv(os.path.join(root, folder, "grubenv"), env_name) or {}
+    env, ignored = read_grubenv(os.path.join(root, folder, "grubenv"), env_name)
     generated = _grub_default_in_cfg(text)
     setting, setting_file = grub_default_setting(root)
     expected = "${saved_entry}" if setting == "saved" else setting
@@ -205,12 +206,31 @@ def grub_next(root):
         return None, "%s: %s" % (how, note)
     if note:
         how = "%s: %s" % (how, note)
-    if not item["release"]:
+    if ignored:
+        how = "%s (%s)" % (how, ignored)
+    release = item["release"] or _linked_release(root, item["image"])
+    if not release:
         return None, "%s boots '%s', which starts no Linux kernel image GRUB names" % (how, item["title"])
     if not os.path.exists(os.path.join(root, "boot", os.path.basename(item["image"]))):
         return None, ("%s boots '%s', whose kernel image %s is not in /boot: run update-grub, then check again"
                       % (how, item["title"], item["image"]))
-    return item["release"], "%s, the entry '%s'" % (how, item["title"])
+    return release, "%s, the entry '%s'%s" % (how, item["title"], "" if item["release"] else " (%s is a link to "
+                                                   "vmlinuz-%s)" % (item["image"], release))
+
+
+def _linked_release(root, image, hops=8):
+    """The release of the kernel image that ``image`` (such as /boot/vmlinuz) links to in /boot, as GRUB
+    follows the link; None for anything else. Links are followed inside ``root``'s /boot only."""
+    path = os.path.join(root, "boot", os.path.basename(image or ""))
+    for _hop in range(hops):
+        if not image or not os.path.islink(path):
+            return None
+        target = os.path.basename(os.readlink(path))
+        release = kernel_release(target)
+        if release:
+            return release
+        path = os.path.join(root, "boot", target)
+    return None
 
 
 def _with_bls(text, root):

@@ -129,12 +129,24 @@ def test_a_default_naming_a_submenu_is_refused(host):
                    "Debian GNU/Linux', not an entry in it")
 
 
-def test_a_corrupt_grubenv_is_refused_as_grub_would_ignore_it(host):
+def test_a_corrupt_grubenv_is_ignored_as_grub_ignores_it_and_said_so(host):
     (host.root / "boot" / "grub" / "grubenv").write_text("saved_entry=gnulinux-6.1.0-9-amd64-advanced-/dev/sda1\n")
     release, how = host("grub-saved.cfg", None, "GRUB_DEFAULT=saved")
-    assert release is None
-    assert how.startswith("/boot/grub/grubenv is not a GRUB environment block")
+    assert release == "6.1.0-27-amd64"              # GRUB loads nothing of it, so its saved_entry is empty
+    assert how.startswith("the first entry of /boot/grub/grub.cfg, as saved_entry in /boot/grub/grubenv is empty "
+                          "(GRUB ignores /boot/grub/grubenv, which is not a GRUB environment block")
     assert "grub-editenv /boot/grub/grubenv create" in how
+
+
+def test_a_custom_entry_booting_a_link_names_the_kernel_it_links_to(host):
+    (host.root / "boot" / "vmlinuz").symlink_to("vmlinuz-6.1.0-18-amd64")
+    release, how = host("grub-custom-link.cfg", None, "GRUB_DEFAULT=site-kernel")
+    assert release == "6.1.0-18-amd64"
+    assert how == ("GRUB_DEFAULT=site-kernel, in /boot/grub/grub.cfg, the entry 'Site kernel' (/boot/vmlinuz is a "
+                   "link to vmlinuz-6.1.0-18-amd64)")
+    (host.root / "boot" / "vmlinuz").unlink()
+    (host.root / "boot" / "vmlinuz").write_text("not a link")
+    assert host("grub-custom-link.cfg", None, "GRUB_DEFAULT=site-kernel")[0] is None
 
 
 def test_an_entry_whose_kernel_image_is_gone_is_refused(host):
@@ -228,3 +240,31 @@ def test_grub_with_blscfg_walks_the_bls_entries(tmp_path):
                                         "'Fedora Linux (6.10.1-100.fc40.x86_64)'")
     os.remove(tmp_path / "boot" / "grub2" / "grubenv")
     assert next_boot(str(tmp_path))[0] == "6.11.4-301.fc41.x86_64"
+
+
+def grub_answers():
+    """(grub.cfg, grubenv or None, the titles of what GRUB booted) from tests/fixtures/grub/grub-boots.txt,
+    which GRUB itself (grub-emu) wrote for those files (tools/grub/make-fixtures)."""
+    lines = (FIXTURES / "grub-boots.txt").read_text().splitlines()
+    return [(cfg, None if env == "-" else env, titles) for cfg, env, titles in
+            (line.split("\t") for line in lines if line and not line.startswith("#"))]
+
+
+def _entry_of(menu, titles):
+    level, item = menu, None
+    for title in titles.split(">"):
+        item = next(candidate for candidate in level if candidate["title"] == title)
+        level = item["children"]
+    return item
+
+
+@pytest.mark.parametrize("cfg, env, titles", grub_answers(), ids=lambda value: value or "-")
+def test_the_kernel_is_the_one_grub_itself_boots(host, cfg, env, titles):
+    """The oracle is GRUB (grub-emu) on grub.cfg files Debian's grub-mkconfig wrote: the preflight names the
+    kernel of the entry GRUB booted, for every form a default can take (numbers, paths, ids, saved and
+    next entries, old-style titles, custom entries, empty and damaged grubenv blocks)."""
+    (host.root / "boot" / "vmlinuz").symlink_to("vmlinuz-6.1.0-27-amd64")
+    release, how = host(cfg, env)
+    entry = _entry_of(parse_grub_menu((FIXTURES / cfg).read_text()), titles)
+    expected = entry["release"] or "6.1.0-27-amd64"        # the custom entry boots /boot/vmlinuz, a link to 27
+    assert (release, titles) == (expected, titles), how
