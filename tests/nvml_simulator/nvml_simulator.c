@@ -1499,6 +1499,14 @@ static const sim_gi_profile sim_h100_80gb[] = {
     {NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, "7g.80gb", 7, 1, 132, 8, 7, 0, 7, 1, 81152, 8, {0}, 1},
 };
 
+/* Blackwell's workstation and server card: four compute and four memory slices, 96 GB. */
+static const sim_gi_profile sim_rtx_pro_6000[] = {
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 14, "1g.24gb", 1, 4, 46, 1, 1, 0, 1, 0, 24192, 1, {0, 1, 2, 3}, 4},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 21, "1g.24gb+me", 1, 1, 46, 1, 1, 0, 1, 1, 24192, 1, {0, 1, 2, 3}, 4},
+    {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 5, "2g.48gb", 2, 2, 94, 2, 2, 0, 2, 0, 48512, 2, {0, 2}, 2},
+    {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 0, "4g.96gb", 4, 1, 188, 4, 4, 0, 4, 1, 97024, 4, {0}, 1},
+};
+
 #define SIM_COUNT(a) (unsigned int)(sizeof(a) / sizeof((a)[0]))
 #define SIM_SLICES_TOTAL 7
 
@@ -1516,6 +1524,10 @@ static const sim_gi_profile *sim_profiles(const jval *gpu, unsigned int *count)
     if (strstr(name->str, "H100") && strstr(name->str, "80GB")) {
         *count = SIM_COUNT(sim_h100_80gb);
         return sim_h100_80gb;
+    }
+    if (strstr(name->str, "RTX PRO 6000")) {
+        *count = SIM_COUNT(sim_rtx_pro_6000);
+        return sim_rtx_pro_6000;
     }
     return NULL;
 }

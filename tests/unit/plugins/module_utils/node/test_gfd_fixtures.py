@@ -22,7 +22,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import 
     laid_out,
     refusal,
 )
-from ansible_collections.scv.gpu.plugins.module_utils.node.labels import desired_labels
+from ansible_collections.scv.gpu.plugins.module_utils.node.labels import desired_labels, label_problem
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
 
 from harness import pci_sysfs
@@ -76,7 +76,10 @@ def test_labels_equal_gfd(nvml_simulator, tmp_path, path):
         usable = [card for card in fact.get("cardList", []) if card.get("model")]
         assert ours.get("nvidia.com/gpu.count", "0") == str(len(usable))
         return
-    expected = {key: value for key, value in gfd.items() if not NOT_OURS.match(key)}
+    # GFD writes a label the API server would refuse (a long GPU name with its MIG profile after it, over 63
+    # characters); NFD then drops it alone. node_labels leaves it out and names it, and sets the others.
+    refused = {key for key, value in gfd.items() if label_problem(key, value)}
+    expected = {key: value for key, value in gfd.items() if not NOT_OURS.match(key) and key not in refused}
     got = {key: value for key, value in ours.items() if key not in ONLY_OURS}
     models = {card["model"] for card in fact["cardList"] if card.get("model")}
     if len(models) > 1:
@@ -88,6 +91,22 @@ def test_labels_equal_gfd(nvml_simulator, tmp_path, path):
         expected = {key: value for key, value in expected.items() if key not in PER_MODEL}
         got = {key: value for key, value in got.items() if key not in PER_MODEL}
     assert got == expected
+
+
+def test_a_long_gpu_name_costs_the_node_only_the_label_gfd_makes_too_long(nvml_simulator, tmp_path):
+    """NVIDIA's long product names (RTX PRO 6000 Blackwell Max-Q Workstation Edition) with a MIG profile after
+    them are over 63 characters in GFD's own output: only that label is left out, and named."""
+    for strategy, key in (("single", "nvidia.com/gpu.product"), ("mixed", "nvidia.com/mig-1g.24gb.product")):
+        gfd = read_fixture(FIXTURES / ("rtx_pro_6000_mig-%s.txt" % strategy))[3]
+        assert len(gfd[key]) == 67 and label_problem(key, gfd[key])
+        nvml_simulator.use("rtx_pro_6000_mig")
+        fact = collect(list(GATHER_SUBSETS))
+        refused = {}
+        ours = desired_labels(fact, "gpu/nvidia", strategy, refused=refused)
+        assert key not in ours and list(refused) == [key], refused
+        assert ours["nvidia.com/gpu.product" if strategy == "mixed" else "nvidia.com/gpu.count"] == {
+            "mixed": "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition", "single": "4"}[strategy]
+        assert all(label_problem(name, value) is None for name, value in ours.items())
 
 
 def test_a_heterogeneous_node_is_labelled_by_its_first_model(nvml_simulator, tmp_path):
