@@ -14,6 +14,10 @@ plugin's ``index`` strategy), a MIG device's UUID (``MIG-...``, counted on the G
 each possibly followed by ``::N``, the replica of a GPU shared by time-slicing. A GPU several
 containers share has one series per container, each with the GPU's whole value, as NVML cannot
 split a GPU's readings by process group.
+
+Only this node's devices are kept: the thread that reads NVML tells (``learn``) which IDs those are,
+its GPUs and their MIG devices, and the answer is decoded for those alone. A kubelet naming thousands
+of devices of no GPU here (a busy node, another node's MIG devices) costs neither NVML calls nor memory.
 """
 
 from __future__ import annotations
@@ -59,11 +63,17 @@ class PodAttribution(threading.Thread):
         self._worked = {}         # the holders of the last answer read whole, which UNCHANGED stands for
         self.refreshes, self.failures = 0, 0
         self.problem = None
-        self._mig_parents = {}    # MIG device UUID: its GPU's UUID (None: not on this node, see resolve)
-        self._resolved = None     # (holders, generation) that _mig_parents was worked out for
+        self._local = None        # this node's device IDs, as bytes (None: not learnt yet)
+        self._mig_parents = {}    # this node's MIG device UUIDs: their GPU's UUID
+        self._learnt = None       # what the local IDs were learnt from (see learn)
+        self._learn_problem = None
         self._lock = threading.Lock()
 
     def run(self):
+        # the first answer waits for this node's device IDs (up to an interval), so that it is never read whole
+        waited = 0.0
+        while self._local is None and waited < self.interval_s and not self.stopping.wait(0.2):
+            waited += 0.2
         while not self.stopping.is_set():
             self.refresh()
             self.stopping.wait(self.interval_s)
@@ -71,8 +81,10 @@ class PodAttribution(threading.Thread):
     def refresh(self):
         """One question to the kubelet. Whatever goes wrong (an answer not even the decoder foresaw included)
         clears every pod label and is asked again at the next interval: the thread never ends early."""
+        with self._lock:
+            local = self._local
         try:
-            answer = self.lister(self.socket_path, self.timeout_s)
+            answer = self.lister(self.socket_path, self.timeout_s, local)
             # the same answer as the last one read whole: its holders, as they were worked out then
             holders = self._worked if answer is UNCHANGED else device_holders(answer)
             self._worked = holders
@@ -93,28 +105,28 @@ class PodAttribution(threading.Thread):
             self.holders = holders
         self.refreshes += 1
 
-    def resolve(self, parent_of, generation=0):
-        """Learns the GPU of each MIG device a pod holds with ``parent_of(mig uuid)`` (a GPU UUID, or None),
-        in the thread that reads NVML; forgets the devices no pod holds any more.
-
-        A device NVML does not know here (another node's, or one of a layout not made yet) is remembered as
-        foreign, and asked about again only when ``generation`` changes: the agent passes the count of its
-        static reads, which a SIGHUP, a new NVML session and the static refresh interval move on. A busy
-        kubelet naming thousands of such devices then costs NVML nothing at a tick."""
+    def learn(self, cards, mig_devices, generation=0):
+        """Learns this node's device IDs, in the thread that reads NVML: the ``id`` and ``uuid`` of each card, and
+        the MIG devices ``mig_devices()`` gives ({MIG UUID: GPU UUID}). That call is made again only when the
+        cards or ``generation`` change: the agent passes the count of its static readings, which a SIGHUP (the
+        mig_layout role sends one), a new NVML session and the static refresh interval move on."""
+        key = (generation, tuple((card.get("id"), card.get("uuid")) for card in cards))
+        if key == self._learnt:
+            return
+        try:
+            parents = dict(mig_devices())
+        except Exception as error:  # pylint: disable=broad-exception-caught
+            if str(error) != self._learn_problem:
+                LOG.warning("this node's MIG devices could not be listed (pods holding them are left off for now): "
+                            "%s", error)
+            self._learn_problem = str(error)
+            return
+        self._learn_problem = None
+        local = {str(value).encode("utf-8") for card in cards for value in (card.get("id"), card.get("uuid"))
+                 if value is not None}
+        local.update(uuid.encode("utf-8") for uuid in parents)
         with self._lock:
-            holders = self.holders
-            if self._resolved is not None and self._resolved[0] is holders and self._resolved[1] == generation:
-                return
-            fresh = self._resolved is None or self._resolved[1] != generation
-            held = [device for device in holders if device.startswith(MIG_PREFIX)]
-            known = {device: self._mig_parents[device] for device in held
-                     if device in self._mig_parents and not (fresh and self._mig_parents[device] is None)}
-        for device in held:
-            if device not in known:
-                known[device] = parent_of(device)
-        with self._lock:
-            self._mig_parents = known
-            self._resolved = (holders, generation)
+            self._local, self._mig_parents, self._learnt = frozenset(local), parents, key
 
     def counters(self):
         return {"scv_agent_pod_resources_reads": self.refreshes, "scv_agent_pod_resources_failures": self.failures}
@@ -122,7 +134,7 @@ class PodAttribution(threading.Thread):
     def by_card(self, cards):
         """{card id: [(pod, namespace, container)]} for the cards some container holds."""
         with self._lock:
-            holders, parents = self.holders, dict(self._mig_parents)
+            holders, parents = self.holders, self._mig_parents
         found = {}
         for device, holding in holders.items():
             key = parents.get(device) if device.startswith(MIG_PREFIX) else device

@@ -19,7 +19,7 @@ import threading
 import time
 
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import TELEMETRY_FIELDS
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import mig_parent
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import local_mig_devices
 
 LOG = logging.getLogger("scv-gpu-agent")
 # What the telemetry subset adds to a card (nvml.card._read_telemetry, and the memory temperature field).
@@ -75,7 +75,7 @@ class Readings:
             self._keep_telemetry(facts.get("cardList") or [], "telemetry" in subsets)
             self.xid_policy.apply(facts, self.session.xids, self.session.clock())
             if self.pods is not None:
-                self.pods.resolve(mig_parent, self.session.static_reads)
+                self.pods.learn(facts.get("cardList") or [], local_mig_devices, self.session.static_reads)
             self._facts = facts
             return facts
 

@@ -24,6 +24,9 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_PATH = "/v1.PodResourcesLister/List"
 # The kubelet's own limit on a pod-resources answer is 16 MiB (a node of thousands of containers).
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
+# The flow-control window the agent opens: the largest answer and the gRPC framing around it.
+WINDOW = MAX_ANSWER_BYTES + 65536
+DEFAULT_WINDOW = 65535
 
 
 DEADLINE_EXCEEDED = "4"
@@ -50,19 +53,21 @@ def _varint(data, pos):
 
 
 def _fields(data):
-    """(field number, value) of one protobuf message; length-delimited values as bytes, others skipped."""
+    """(field number, value) of one protobuf message; length-delimited values as memoryviews of ``data``
+    (no copy), others skipped."""
+    view = data if isinstance(data, memoryview) else memoryview(data)
     pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
+    while pos < len(view):
+        key, pos = _varint(view, pos)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            _value, pos = _varint(data, pos)
+            _value, pos = _varint(view, pos)
             continue
         if wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > len(data):
+            length, pos = _varint(view, pos)
+            if pos + length > len(view):
                 raise PodResourcesError("the kubelet's answer is not protobuf: field %d is cut short" % number)
-            yield number, bytes(data[pos:pos + length])
+            yield number, view[pos:pos + length]
             pos += length
             continue
         if wire not in (1, 5):
@@ -70,30 +75,46 @@ def _fields(data):
         pos += 8 if wire == 1 else 4
 
 
-def _message(data):
-    """{field number: [values]} of one message's length-delimited fields, in order."""
+def _message(data, numbers):
+    """{field number: [values]} of one message's length-delimited fields among ``numbers``, in order."""
     found = {}
     for number, value in _fields(data):
-        found.setdefault(number, []).append(value)
+        if number in numbers:
+            found.setdefault(number, []).append(value)
     return found
 
 
 def _string(message, number):
     """A string field of a ``_message``: its last value (proto3's rule for a field sent twice), or ''."""
     values = message.get(number)
-    return values[-1].decode("utf-8", "replace") if values else ""
+    return str(values[-1], "utf-8", "replace") if values else ""
 
 
-def decode_list_response(data):
+def _device_ids(device, keep):
+    """The device IDs of a ContainerDevices message; with ``keep`` (a set of IDs), only those whose ID, without
+    its ``::N`` replica suffix, is in it: the others are compared as bytes and never made into strings."""
+    ids = []
+    for number, value in _fields(device):
+        if number != 2:
+            continue
+        if keep is not None and bytes(value).split(b"::", 1)[0] not in keep:
+            continue
+        ids.append(str(value, "utf-8", "replace"))
+    return ids
+
+
+def decode_list_response(data, keep=None):
     """The devices of a ``ListPodResourcesResponse``: a list of dicts with ``namespace``, ``pod``,
-    ``container``, ``resource`` and ``device_ids`` (one per container and resource)."""
+    ``container``, ``resource`` and ``device_ids`` (one per container and resource). ``keep``, a set of
+    device IDs as bytes, leaves out every other ID: a busy kubelet's thousands of devices of no GPU here
+    are then never held in memory at once."""
     held = []
-    for pod in map(_message, _message(data).get(1, ())):                     # pod_resources
-        for container in map(_message, pod.get(3, ())):                      # containers
-            for device in map(_message, container.get(2, ())):               # ContainerDevices
+    for pod_data in _message(data, (1,)).get(1, ()):                                   # pod_resources
+        pod = _message(pod_data, (1, 2, 3))
+        for container in (_message(value, (1, 2)) for value in pod.get(3, ())):         # containers
+            for device in container.get(2, ()):                                         # ContainerDevices
                 held.append({"namespace": _string(pod, 2), "pod": _string(pod, 1), "container": _string(container, 1),
-                             "resource": _string(device, 1),
-                             "device_ids": [value.decode("utf-8", "replace") for value in device.get(2, ())]})
+                             "resource": _string(_message(device, (1,)), 1), "device_ids": _device_ids(device, keep)})
     return held
 
 
@@ -141,7 +162,7 @@ def _exchange(sock, connection, stream, deadline, path):
         if left <= 0:
             raise socket.timeout()
         sock.settimeout(left)
-        chunk = sock.recv(65536)
+        chunk = sock.recv(1 << 20)
         if not first:
             first = chunk[:40]
         if not chunk:
@@ -156,7 +177,6 @@ def _exchange(sock, connection, stream, deadline, path):
                 body += event.data
                 if len(body) > MAX_ANSWER_BYTES:
                     raise PodResourcesError("%s: the kubelet's answer is over %d bytes" % (path, MAX_ANSWER_BYTES))
-                connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, events.StreamReset) and event.stream_id == stream:
                 raise PodResourcesError("%s: the kubelet reset the call (HTTP/2 error %s)" % (path, event.error_code))
             elif isinstance(event, events.ConnectionTerminated):
@@ -177,12 +197,16 @@ def call(path, method, request=b"", timeout=2.0):
     from h2.config import H2Configuration
     from h2.connection import H2Connection
     from h2.exceptions import ProtocolError
+    from h2.settings import SettingCodes
 
     deadline = time.monotonic() + timeout
     sock = _open(path, timeout)
     try:
         connection = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
         connection.initiate_connection()
+        # One window for the whole answer, so the kubelet sends it without waiting for window updates.
+        connection.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: WINDOW})
+        connection.increment_flow_control_window(WINDOW - DEFAULT_WINDOW)
         stream = connection.get_next_available_stream_id()
         connection.send_headers(stream, [
             (":method", "POST"), (":scheme", "http"), (":path", method), (":authority", "localhost"),
@@ -219,19 +243,19 @@ UNCHANGED = object()
 
 
 class PodResourcesLister:
-    """``list_pod_resources`` that knows its last answer by digest: an answer byte for byte the same is not
-    decoded again, and UNCHANGED is returned in its place, so that callers keep what they worked out from
-    it. A busy kubelet's answer naming thousands of devices then costs its transfer alone, and neither it
-    nor its decoded form is kept in memory."""
+    """``list_pod_resources`` that knows its last answer by digest: an answer byte for byte the same, read for
+    the same ``keep``, is not decoded again, and UNCHANGED is returned in its place, so that callers keep what
+    they worked out from it. A busy kubelet's answer naming thousands of devices then costs its transfer
+    alone, and neither it nor its decoded form is kept in memory."""
 
     def __init__(self):
         self._digest = None
 
-    def __call__(self, path=DEFAULT_SOCKET, timeout=2.0):
+    def __call__(self, path=DEFAULT_SOCKET, timeout=2.0, keep=None):
         message = call(path, LIST_PATH, b"", timeout)
-        digest = hashlib.sha256(message).digest()
+        digest = (hashlib.sha256(message).digest(), keep)
         if digest == self._digest:
             return UNCHANGED
-        held = decode_list_response(message)
+        held = decode_list_response(message, keep)
         self._digest = digest
         return held

@@ -58,14 +58,24 @@ def _call(what, index, function, *args):
         raise MigError("GPU %d: %s failed: %s" % (index, what, error)) from error
 
 
-def mig_parent(uuid):
-    """The UUID of the GPU the MIG device ``uuid`` is part of; None when NVML (initialised) does not know it."""
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
-        return as_text(text_call(pynvml.nvmlDeviceGetUUID, parent))
-    except pynvml.NVMLError:
-        return None
+def local_mig_devices():
+    """{MIG device UUID: the UUID of its GPU} for every MIG device of this node's GPUs (NVML initialised).
+    A GPU that cannot be read, or has MIG off, adds none."""
+    found = {}
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            mode = _optional(pynvml.nvmlDeviceGetMigMode, handle)
+            if not mode or not mode[0]:
+                continue
+            parent = as_text(text_call(pynvml.nvmlDeviceGetUUID, handle))
+            for position in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+                mig = _optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, position)
+                if mig is not None:
+                    found[as_text(text_call(pynvml.nvmlDeviceGetUUID, mig))] = parent
+        except pynvml.NVMLError:
+            continue
+    return found
 
 
 def _optional(function, *args):

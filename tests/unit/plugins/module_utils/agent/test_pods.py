@@ -32,47 +32,82 @@ def test_replicas_of_a_shared_gpu_count_once_per_container_and_other_resources_n
 def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
     answers = [[held("p", "c", "nvidia.com/gpu", "GPU-0"), held("q", "c", "nvidia.com/gpu", "2"),
                 held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x"), held("g", "c", "nvidia.com/mig-1g.10gb", "MIG-y")]]
-    pods = PodAttribution("/none", 10, threading.Event(), lister=lambda _path, _timeout: answers[0])
+    kept = []
+
+    def lister(_path, _timeout, keep=None):
+        kept.append(keep)
+        return answers[0]
+
+    pods = PodAttribution("/none", 10, threading.Event(), lister=lister)
+    listed = []
+
+    def mig_devices():
+        listed.append(1)
+        return {"MIG-x": "GPU-1"}
+
+    pods.learn(CARDS, mig_devices)
     pods.refresh()
-    asked = []
-
-    def parent(uuid):
-        asked.append(uuid)
-        return {"MIG-x": "GPU-1"}.get(uuid)
-
-    pods.resolve(parent)
+    assert kept == [frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2", b"MIG-x"})]
     assert pods.by_card(CARDS) == {0: [("p", "ns", "c")], 1: [("m", "ns", "c")], 2: [("q", "ns", "c")]}
-    pods.refresh()
-    pods.resolve(parent)                 # neither a known parent nor a foreign device is asked again
-    assert asked == ["MIG-x", "MIG-y"]
-    pods.resolve(parent, generation=1)   # the static readings were read again: foreign devices are asked again
-    assert asked == ["MIG-x", "MIG-y", "MIG-y"]
+    pods.learn(CARDS, mig_devices)
+    assert len(listed) == 1                        # the same cards, the same static readings: not listed again
+    pods.learn(CARDS, mig_devices, generation=1)   # the static readings were read again (a SIGHUP): listed again
+    pods.learn(CARDS[:2], mig_devices, generation=1)
+    assert len(listed) == 3
     answers[0] = []
     pods.refresh()
-    pods.resolve(parent, generation=1)
-    assert pods.by_card(CARDS) == {} and pods._mig_parents == {}
+    assert pods.by_card(CARDS) == {}
 
 
-def test_thousands_of_foreign_devices_are_asked_about_once_not_at_every_tick():
+def test_mig_devices_that_cannot_be_listed_are_said_once_and_asked_for_again(caplog):
+    pods = PodAttribution("/none", 10, threading.Event(), lister=lambda *_args: [])
+
+    def broken():
+        raise RuntimeError("NVML is not initialised")
+
+    with caplog.at_level(logging.WARNING, logger="scv-gpu-agent"):
+        pods.learn(CARDS, broken)
+        pods.learn(CARDS, broken)
+    assert len(caplog.records) == 1 and "NVML is not initialised" in caplog.records[0].getMessage()
+    pods.learn(CARDS, dict)
+    assert pods._local == frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2"})
+
+
+def _pb(number, payload):
+    """One length-delimited protobuf field (what the kubelet's answer is made of)."""
+    payload = payload.encode() if isinstance(payload, str) else payload
+    length, encoded = len(payload), b""
+    while True:
+        encoded += bytes([(length & 0x7F) | (0x80 if length > 0x7F else 0)])
+        length >>= 7
+        if not length:
+            break
+    return bytes([number << 3 | 2]) + encoded + payload
+
+
+def test_devices_of_no_gpu_here_are_left_out_as_the_answer_is_decoded():
     foreign = ["MIG-%05d" % number for number in range(10000)]
-    answer = [held("busy", "c", "nvidia.com/mig-1g.10gb", *foreign), held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x")]
-    pods = PodAttribution("/none", 10, threading.Event(), lister=lambda _path, _timeout: answer)
-    asked = []
+    device = _pb(1, "nvidia.com/mig-1g.10gb") + b"".join(_pb(2, uuid) for uuid in foreign + ["MIG-x::3"])
+    message = _pb(1, _pb(1, "busy") + _pb(2, "ns") + _pb(3, _pb(1, "c") + _pb(2, device)))
+    assert decode_list_response(message)[0]["device_ids"][-2:] == ["MIG-09999", "MIG-x::3"]
+    assert decode_list_response(message, keep=frozenset({b"MIG-x", b"GPU-0"})) == [
+        held("busy", "c", "nvidia.com/mig-1g.10gb", "MIG-x::3")]
 
-    def parent(uuid):
-        asked.append(uuid)
-        return {"MIG-x": "GPU-1"}.get(uuid)
 
-    for _tick in range(5):
-        pods.resolve(parent)
-        if _tick % 2 == 0:
-            pods.refresh()               # the kubelet's answer comes anew, unchanged
-    assert len(asked) == 10001 and pods.by_card(CARDS) == {1: [("m", "ns", "c")]}
+def test_the_same_answer_for_other_local_devices_is_decoded_again(monkeypatch):
+    from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources
+
+    message = _pb(1, _pb(1, "p") + _pb(2, "ns") + _pb(3, _pb(1, "c") + _pb(2, _pb(1, "nvidia.com/gpu") + _pb(2, "GPU-1"))))
+    monkeypatch.setattr(podresources, "call", lambda *_args: message)
+    lister = podresources.PodResourcesLister()
+    assert lister("/x", 1, frozenset({b"GPU-0"})) == [held("p", "c", "nvidia.com/gpu")]
+    assert lister("/x", 1, frozenset({b"GPU-0"})) is podresources.UNCHANGED
+    assert lister("/x", 1, frozenset({b"GPU-1"})) == [held("p", "c", "nvidia.com/gpu", "GPU-1")]
 
 
 def test_the_same_answer_again_is_not_worked_through_again_even_after_a_failure(monkeypatch):
     """PodResourcesLister answers UNCHANGED when the kubelet's bytes are those it read last: the holders are
-    kept as they are, and resolve() has nothing new to look at. A failed read clears the pods; the same answer
+    kept as they are. A failed read clears the pods; the same answer
     after it brings back the holders worked out from it before, without decoding it again."""
     from ansible_collections.scv.gpu.plugins.module_utils.agent import pods as module
     from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources
@@ -88,7 +123,7 @@ def test_the_same_answer_again_is_not_worked_through_again_even_after_a_failure(
 
     monkeypatch.setattr(podresources, "call", call)
     monkeypatch.setattr(podresources, "decode_list_response",
-                        lambda message: decoded.append(message) or [held("m", "c", "nvidia.com/gpu", "GPU-0")])
+                        lambda message, _keep=None: decoded.append(message) or [held("m", "c", "nvidia.com/gpu", "GPU-0")])
     pods = PodAttribution("/none", 10, threading.Event())
     pods.refresh()
     first = pods.holders
@@ -109,7 +144,7 @@ def test_devices_with_the_same_holders_share_one_list():
 def test_a_failing_kubelet_drops_every_label_and_is_logged_once_until_it_answers(caplog):
     outcome = [PodResourcesError("no kubelet pod-resources socket at /x")]
 
-    def lister(_path, _timeout):
+    def lister(_path, _timeout, _keep=None):
         if isinstance(outcome[0], Exception):
             raise outcome[0]
         return outcome[0]
@@ -146,7 +181,7 @@ def test_an_answer_no_decoder_foresaw_leaves_the_thread_running_and_clears_stale
     read = threading.Event()
     stopping = threading.Event()
 
-    def lister(_path, _timeout):
+    def lister(_path, _timeout, _keep=None):
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
         read.set()
         if isinstance(answer, Exception):
@@ -175,7 +210,7 @@ def test_an_answer_no_decoder_foresaw_leaves_the_thread_running_and_clears_stale
 def test_a_failed_read_clears_the_pods_it_read_before():
     answers = [[held("ended", "c", "nvidia.com/gpu", "GPU-0")], RuntimeError("half an answer")]
 
-    def lister(_path, _timeout):
+    def lister(_path, _timeout, _keep=None):
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
