@@ -1,7 +1,7 @@
 """Benchmark of the agent's client of the kubelet's pod-resources API against grpcio's.
 
-The agent asks the kubelet ``v1.PodResourcesLister/List`` with the pure-Python h2 package and a
-decoder of the few protobuf fields it reads (kube/podresources.py). The usual way is grpcio with
+The agent asks the kubelet ``v1.PodResourcesLister/List`` with HTTP/2 framed by hand, HPACK from the
+pure-Python hpack package, and a decoder of the few protobuf fields it reads (kube/podresources.py). The usual way is grpcio with
 code generated from the kubelet's api.proto. This measures, in fresh interpreters (Python
 3.11, as on Debian 12, the agent's own), what each adds to a process's resident memory once it
 has made a call, and the wall time of one call, against a stand-in kubelet (grpcio, the real
@@ -37,7 +37,7 @@ def rss_kib():
 
 client, socket_path = sys.argv[1], sys.argv[2]
 before = rss_kib()
-if client == "h2":
+if client == "ours":
     from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import list_pod_resources
     call = lambda: list_pod_resources(socket_path, timeout=5)
 else:
@@ -94,7 +94,7 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         generated = generate(work)
-        python = venv_with(work, python311(), pins("h2", "grpcio", "protobuf"))
+        python = venv_with(work, python311(), pins("hpack", "grpcio", "protobuf"))
         paths = [str(COLLECTIONS), str(pathlib.Path(work) / "generated")]   # the probe's own Python path
         rows = []
         for pods in (8, 110):
@@ -102,7 +102,7 @@ def main():
                 kubelet.pods = [pod("job-%d" % n, "team-%d" % (n % 5),
                                     ("main", [("nvidia.com/gpu", ["GPU-%032x" % (n % 8)])] if n < 8 else []))
                                 for n in range(pods)]
-                for client in ("h2", "grpcio"):
+                for client in ("ours", "grpcio"):
                     rows.append((pods, client, measure(python, client, kubelet.socket, paths, args.runs)))
         version = subprocess.run([str(python), "-c", "import platform; print(platform.python_version())"],
                                  capture_output=True, text=True, check=True).stdout.strip()
@@ -111,7 +111,7 @@ def main():
     print("| pods on the node | client | RSS added (import and 20 calls) | one call |")
     print("| --- | --- | --- | --- |")
     for pods, client, result in rows:
-        name = "h2 + our decoder" if client == "h2" else "grpcio + generated protobuf"
+        name = "our HTTP/2 framing, hpack, our decoder" if client == "ours" else "grpcio + generated protobuf"
         print("| %d | %s | %.1f MiB | %.2f ms |" % (pods, name, result["total_kib"] / 1024.0, result["call_ms"]))
 
 

@@ -6,10 +6,10 @@
 
 The kubelet serves ``v1.PodResourcesLister`` over gRPC on a unix socket
 (``/var/lib/kubelet/pod-resources/kubelet.sock``). One unary call, ``List``, is all the agent needs,
-so it is made with the pure-Python ``h2`` package (HTTP/2 and HPACK, about 1 MiB of memory) and a
-decoder of the few protobuf fields read here, instead of grpcio and protobuf (see docs/benchmarks.md
-for what each adds to the agent's memory). Field numbers follow the kubelet's published
-``pkg/apis/podresources/v1/api.proto``.
+so it is made by ``grpc_unary`` (HTTP/2 framed by hand, HPACK from the pure-Python ``hpack``
+package) and a decoder of the few protobuf fields read here, instead of grpcio and protobuf (see
+docs/benchmarks.md for what each adds to the agent's memory). Field numbers follow the kubelet's
+published ``pkg/apis/podresources/v1/api.proto``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import struct
 import time
 from urllib.parse import unquote
 
+from ansible_collections.scv.gpu.plugins.module_utils.kube import grpc_unary
+
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_PATH = "/v1.PodResourcesLister/List"
 # The kubelet's own limit on a pod-resources answer is 16 MiB (a node of thousands of containers).
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 # The flow-control window the agent opens: the largest answer and the gRPC framing around it.
 WINDOW = MAX_ANSWER_BYTES + 65536
-DEFAULT_WINDOW = 65535
 
 
 DEADLINE_EXCEEDED = "4"
@@ -152,78 +153,34 @@ def _open(path, timeout):
     return sock
 
 
-def _exchange(sock, connection, stream, deadline, path):
-    """Reads until the stream ends: (headers and trailers as one dict, the body)."""
-    from h2 import events
-
-    headers, body, first = {}, bytearray(), b""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout()
-        sock.settimeout(left)
-        chunk = sock.recv(1 << 20)
-        if not first:
-            first = chunk[:40]
-        if not chunk:
-            # An HTTP/2 server speaks first with a SETTINGS frame (type 4, the frame header's fourth byte).
-            if first and (len(first) < 9 or first[3] != 4):
-                raise PodResourcesError("%s does not speak gRPC over HTTP/2: it answered %r" % (path, first))
-            raise PodResourcesError("%s: the kubelet closed the connection before it answered" % path)
-        for event in connection.receive_data(chunk):
-            if isinstance(event, (events.ResponseReceived, events.TrailersReceived)):
-                headers.update(event.headers)   # text: the connection decodes them (header_encoding)
-            elif isinstance(event, events.DataReceived):
-                body += event.data
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise PodResourcesError("%s: the kubelet's answer is over %d bytes" % (path, MAX_ANSWER_BYTES))
-            elif isinstance(event, events.StreamReset) and event.stream_id == stream:
-                raise PodResourcesError("%s: the kubelet reset the call (HTTP/2 error %s)" % (path, event.error_code))
-            elif isinstance(event, events.ConnectionTerminated):
-                raise PodResourcesError("%s: the kubelet ended the connection (HTTP/2 error %s)"
-                                        % (path, event.error_code))
-            elif isinstance(event, events.StreamEnded) and event.stream_id == stream:
-                return headers, body
-        pending = connection.data_to_send()
-        if pending:
-            sock.sendall(pending)
-
-
 def call(path, method, request=b"", timeout=2.0):
     """The answer (protobuf bytes) of the unary gRPC ``method`` served on the unix socket ``path``.
 
     Bounded by ``timeout`` seconds in all; PodResourcesError says what went wrong.
     """
-    from h2.config import H2Configuration
-    from h2.connection import H2Connection
-    from h2.exceptions import ProtocolError
-    from h2.settings import SettingCodes
-
     deadline = time.monotonic() + timeout
     sock = _open(path, timeout)
+    reader = grpc_unary.Reader(MAX_ANSWER_BYTES)
     try:
-        connection = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
-        connection.initiate_connection()
-        # One window for the whole answer, so the kubelet sends it without waiting for window updates.
-        connection.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: WINDOW})
-        connection.increment_flow_control_window(WINDOW - DEFAULT_WINDOW)
-        stream = connection.get_next_available_stream_id()
-        connection.send_headers(stream, [
-            (":method", "POST"), (":scheme", "http"), (":path", method), (":authority", "localhost"),
-            ("content-type", "application/grpc"), ("te", "trailers"),
-            ("grpc-timeout", "%dm" % max(1, int(timeout * 1000))),
-        ])
-        connection.send_data(stream, struct.pack(">BI", 0, len(request)) + request, end_stream=True)
-        sock.sendall(connection.data_to_send())
-        headers, body = _exchange(sock, connection, stream, deadline, path)
+        grpc_unary.exchange(sock, grpc_unary.request("localhost", method, request, timeout, WINDOW), reader, deadline)
     except socket.timeout:
         raise PodResourcesError("the kubelet did not answer %s on %s within %g s" % (method, path, timeout)) from None
-    except ProtocolError as error:
+    except ConnectionAbortedError as closed:
+        first = closed.args[0] if closed.args else b""
+        # An HTTP/2 server speaks first with a SETTINGS frame (type 4, the frame header's fourth byte).
+        if first and (len(first) < 9 or first[3] != grpc_unary.SETTINGS):
+            raise PodResourcesError("%s does not speak gRPC over HTTP/2: it answered %r" % (path, first)) from None
+        raise PodResourcesError("%s: the kubelet closed the connection before it answered" % path) from None
+    except grpc_unary.ProtocolError as error:
         raise PodResourcesError("%s does not speak gRPC over HTTP/2: %s" % (path, error)) from None
+    except grpc_unary.StreamError as error:
+        raise PodResourcesError("%s: the kubelet %s (HTTP/2 error %s)" % (
+            path, "ended the connection" if error.goaway else "reset the call", error.code)) from None
     except OSError as error:
         raise PodResourcesError("%s: %s" % (path, error.strerror or error)) from None
     finally:
         sock.close()
+    headers = reader.headers
     status = headers.get("grpc-status")
     if status == DEADLINE_EXCEEDED:    # the kubelet kept to the grpc-timeout sent
         raise PodResourcesError("the kubelet did not answer %s on %s within %g s" % (method, path, timeout))
@@ -231,7 +188,7 @@ def call(path, method, request=b"", timeout=2.0):
         raise PodResourcesError("the kubelet refused %s on %s: gRPC status %s%s" % (
             method, path, status if status is not None else "missing (HTTP %s)" % headers.get(":status"),
             ": " + unquote(headers["grpc-message"]) if headers.get("grpc-message") else ""))
-    return _grpc_message(body, path)
+    return _grpc_message(reader.body, path)
 
 
 def list_pod_resources(path=DEFAULT_SOCKET, timeout=2.0):
