@@ -123,18 +123,19 @@ def decode_list_response(data, keep=None):
 
 
 def _grpc_message(body, path):
-    """The one message of a unary gRPC answer (a 5-byte prefix: compressed flag, big-endian length)."""
+    """The one message of a unary gRPC answer (a 5-byte prefix: compressed flag, big-endian length), as a
+    memoryview of ``body`` (a large answer is not copied again)."""
     if not body:
-        return b""
+        return memoryview(b"")
     if len(body) < 5:
         raise PodResourcesError("%s: the kubelet's answer is cut short (%d bytes)" % (path, len(body)))
-    compressed, length = struct.unpack(">BI", bytes(body[:5]))
+    compressed, length = struct.unpack_from(">BI", body)
     if compressed:
         raise PodResourcesError("%s: the kubelet compressed its answer, which was not asked for" % path)
     if len(body) < 5 + length:
         raise PodResourcesError("%s: the kubelet's answer is cut short (%d of %d bytes)"
                                 % (path, len(body) - 5, length))
-    return bytes(body[5:5 + length])
+    return memoryview(body)[5:5 + length]
 
 
 def _open(path, timeout):
@@ -154,7 +155,7 @@ def _open(path, timeout):
 
 
 def call(path, method, request=b"", timeout=2.0):
-    """The answer (protobuf bytes) of the unary gRPC ``method`` served on the unix socket ``path``.
+    """The answer (protobuf bytes, as a memoryview) of the unary gRPC ``method`` served on the unix socket ``path``.
 
     Bounded by ``timeout`` seconds in all; PodResourcesError says what went wrong.
     """
