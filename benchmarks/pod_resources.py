@@ -1,8 +1,8 @@
 """Benchmark of the agent's client of the kubelet's pod-resources API against grpcio's.
 
-The agent asks the kubelet ``v1.PodResourcesLister/List`` with HTTP/2 framed by hand, HPACK from the
-pure-Python hpack package, and a decoder of the few protobuf fields it reads (kube/podresources.py). The usual way is grpcio with
-code generated from the kubelet's api.proto. This measures, in fresh interpreters (Python
+The agent asks the kubelet ``v1.PodResourcesLister/List`` with HTTP/2 and HPACK framed by hand
+(no package beyond the standard library) and a decoder of the few protobuf fields it reads
+(kube/podresources.py). The usual way is grpcio with code generated from the kubelet's api.proto. This measures, in fresh interpreters (Python
 3.11, as on Debian 12, the agent's own), what each adds to a process's resident memory once it
 has made a call, and the wall time of one call, against a stand-in kubelet (grpcio, the real
 protobuf) answering for 8 GPUs held by 8 pods, and for 110 pods (a full node). Medians of
@@ -94,7 +94,7 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         generated = generate(work)
-        python = venv_with(work, python311(), pins("hpack", "grpcio", "protobuf"))
+        python = venv_with(work, python311(), pins("grpcio", "protobuf"))
         paths = [str(COLLECTIONS), str(pathlib.Path(work) / "generated")]   # the probe's own Python path
         rows = []
         for pods in (8, 110):
@@ -111,7 +111,7 @@ def main():
     print("| pods on the node | client | RSS added (import and 20 calls) | one call |")
     print("| --- | --- | --- | --- |")
     for pods, client, result in rows:
-        name = "our HTTP/2 framing, hpack, our decoder" if client == "ours" else "grpcio + generated protobuf"
+        name = "our HTTP/2 and HPACK, our decoder" if client == "ours" else "grpcio + generated protobuf"
         print("| %d | %s | %.1f MiB | %.2f ms |" % (pods, name, result["total_kib"] / 1024.0, result["call_ms"]))
 
 

@@ -7,7 +7,7 @@
 The agent asks the kubelet one question every few seconds, and the answer of a busy node is hundreds
 of kilobytes. A general HTTP/2 library turns each 16 KiB DATA frame into objects and events; here a
 frame is a 9-byte header read with ``struct`` and a slice of the buffer, which keeps a large answer's
-cost to its transfer. Only header blocks go through HPACK (the ``hpack`` package). The client opens
+cost to its transfer. Header blocks go through ``hpack_codec`` (RFC 7541). The client opens
 one flow-control window for the whole answer, so the server never waits for a window update; it
 answers the server's SETTINGS and PING as RFC 9113 requires and ignores what it need not act on.
 """
@@ -18,6 +18,8 @@ import functools
 import socket
 import struct
 import time
+
+from ansible_collections.scv.gpu.plugins.module_utils.kube import hpack_codec
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x9
@@ -59,9 +61,7 @@ def _unpadded(flags, payload):
 def request(authority, path, message, timeout, window):
     """The bytes a client sends for one unary call: preface, SETTINGS, the window, HEADERS and DATA (the same
     call asked again is the same bytes, encoded once)."""
-    from hpack import Encoder
-
-    block = Encoder().encode([
+    block = hpack_codec.encode([
         (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", authority),
         ("content-type", "application/grpc"), ("te", "trailers"),
         ("grpc-timeout", "%dm" % max(1, int(timeout * 1000))),
@@ -78,9 +78,7 @@ class Reader:
     ``body``, ``ended``; ``replies`` holds what must be sent back (SETTINGS and PING acknowledgements)."""
 
     def __init__(self, max_body):
-        from hpack import Decoder
-
-        self.decoder, self.max_body = Decoder(), max_body
+        self.decoder, self.max_body = hpack_codec.Decoder(), max_body
         self.buffer, self.body, self.headers, self.block = bytearray(), bytearray(), {}, bytearray()
         self.replies, self.ended, self.frames, self._ending = [], False, 0, False
 
@@ -118,8 +116,12 @@ class Reader:
             else:
                 self.block += payload
             if flags & END_HEADERS:
-                self.headers.update((str(name, "utf-8"), str(value, "utf-8"))
-                                    for name, value in self.decoder.decode(bytes(self.block), raw=True))
+                try:
+                    decoded = self.decoder.decode(bytes(self.block))
+                except hpack_codec.HpackError as error:
+                    raise ProtocolError(str(error)) from None
+                self.headers.update((str(name, "utf-8", "replace"), str(value, "utf-8", "replace"))
+                                    for name, value in decoded)
                 self.block = bytearray()
                 self.ended = self._ending
         elif kind == SETTINGS and not flags & ACK:
