@@ -48,10 +48,11 @@ class HpackError(ValueError):
 def _decoding():
     """{(code length, code): symbol}, the canonical code of CODE_LENGTHS (built at the first use)."""
     if not _DECODING:
-        code, previous = -1, 0
+        code, previous = 0, None
         for symbol in sorted(range(len(CODE_LENGTHS)), key=lambda symbol: (CODE_LENGTHS[symbol], symbol)):
             length = CODE_LENGTHS[symbol]
-            code = (code + 1) << (length - previous) if code >= 0 else 0
+            if previous is not None:      # the next code of this length, widened to it (section 5.2's canonical code)
+                code = (code + 1) << (length - previous)
             previous = length
             _DECODING[(length, code)] = symbol
     return _DECODING
@@ -69,17 +70,15 @@ def huffman_decode(data):
                     raise HpackError("a Huffman string holds the end-of-string code")
                 out.append(symbol)
                 code, length = 0, 0
-            elif length > 30:
-                raise HpackError("a Huffman string holds no valid code")
+    # The code is complete: every 30 bits hold a symbol, so what is left is shorter and padding only.
     if length > 7 or code != (1 << length) - 1:
         raise HpackError("a Huffman string ends with padding that is not a prefix of the end-of-string code")
     return bytes(out)
 
 
 def _integer(data, pos, prefix):
-    """(value, position after it) of an integer with a ``prefix``-bit prefix at ``data[pos]`` (section 5.1)."""
-    if pos >= len(data):
-        raise HpackError("a header block ends inside an integer")
+    """(value, position after it) of an integer with a ``prefix``-bit prefix at ``data[pos]`` (section 5.1);
+    the callers see that ``data[pos]`` is there."""
     mask = (1 << prefix) - 1
     value = data[pos] & mask
     pos += 1
