@@ -214,8 +214,8 @@ def grub_next(root):
     if not os.path.exists(os.path.join(root, "boot", os.path.basename(item["image"]))):
         return None, ("%s boots '%s', whose kernel image %s is not in /boot: run update-grub, then check again"
                       % (how, item["title"], item["image"]))
-    return release, "%s, the entry '%s'%s" % (how, item["title"], "" if item["release"] else " (%s is a link to "
-                                                   "vmlinuz-%s)" % (item["image"], release))
+    link = "" if item["release"] else " (%s is a link to vmlinuz-%s)" % (item["image"], release)
+    return release, "%s, the entry '%s'%s" % (how, item["title"], link)
 
 
 def _linked_release(root, image, hops=8):

@@ -67,8 +67,8 @@ HEADER = st.tuples(st.one_of(st.sampled_from(["content-type", ":status", "grpc-s
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(HEADER, min_size=1, max_size=6), st.lists(st.lists(st.tuples(st.integers(0, 5), st.booleans()),
-                                                                     max_size=10), min_size=1, max_size=6),
+@given(st.lists(HEADER, min_size=1, max_size=6),
+       st.lists(st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=10), min_size=1, max_size=6),
        st.booleans(), st.sampled_from([4096, 256, 128, 64, 0]))
 def test_blocks_the_hpack_package_encodes_decode_alike(pool, blocks, huffman, table_size):
     """Headers drawn from a small pool, so the encoder refers back to its dynamic table as it fills and evicts;

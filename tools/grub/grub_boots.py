@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """Which menu entry GRUB itself boots with a grub.cfg and a grubenv: GRUB's own code decides, run
 as grub-emu (Debian's grub-emu package). Every menu entry of the grub.cfg gets a first line
 that prints a mark and halts, so nothing is booted; the console is made plain text, and the
 menu's timeout 0. Nothing else of the file changes. GRUB prints "Booting `<title>'" for the
 submenus it enters and the entry it boots: those titles, joined by '>', are the answer.
 
-    tools/grub/grub-boots GRUB_CFG [GRUBENV]     # prints the booted entry's titles, such as
+    python3 tools/grub/grub_boots.py GRUB_CFG [GRUBENV]   # prints the booted entry's titles, such as
                                                  # Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux 6.1.0-18-amd64
 """
 
