@@ -36,6 +36,10 @@ class ProtocolError(Exception):
     """The peer broke HTTP/2, or is not speaking it; the message says how."""
 
 
+class AnswerTooLarge(ProtocolError):
+    """The answer grew past the size the caller takes."""
+
+
 class StreamError(Exception):
     """The peer reset the call (``code``) or ended the connection (``code``, ``goaway`` true)."""
 
@@ -106,7 +110,7 @@ class Reader:
         if kind == DATA and stream == STREAM:
             self.body += _unpadded(flags, payload)
             if len(self.body) > self.max_body:
-                raise ProtocolError("an answer over %d bytes" % self.max_body)
+                raise AnswerTooLarge("an answer over %d bytes" % self.max_body)
             self.ended = bool(flags & END_STREAM)
         elif kind in (HEADERS, CONTINUATION) and stream == STREAM:
             if kind == HEADERS:
@@ -135,10 +139,10 @@ class Reader:
 
 
 def exchange(sock, message_bytes, reader, deadline):
-    """Sends the request and reads until the stream ends; raises socket.timeout past ``deadline``, and
-    ProtocolError naming the first bytes when the peer closes before it ends."""
+    """Sends the request and reads until the stream ends; raises socket.timeout past ``deadline``,
+    ProtocolError naming the first bytes when the peer closes having sent no whole frame (it speaks
+    something else), and ConnectionAbortedError when it closes after that, before the stream ends."""
     sock.sendall(message_bytes)
-    first = b""
     while not reader.ended:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -146,8 +150,9 @@ def exchange(sock, message_bytes, reader, deadline):
         sock.settimeout(left)
         chunk = sock.recv(1 << 18)
         if not chunk:
-            raise ConnectionAbortedError(first)
-        first = first or chunk[:40]
+            if not reader.frames and reader.buffer:
+                raise ProtocolError("it answered %r" % bytes(reader.buffer[:40]))
+            raise ConnectionAbortedError()
         reader.feed(chunk)
         if reader.replies:
             sock.sendall(b"".join(reader.replies))

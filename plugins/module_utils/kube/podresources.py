@@ -6,8 +6,8 @@
 
 The kubelet serves ``v1.PodResourcesLister`` over gRPC on a unix socket
 (``/var/lib/kubelet/pod-resources/kubelet.sock``). One unary call, ``List``, is all the agent needs,
-so it is made by ``grpc_unary`` (HTTP/2 framed by hand, HPACK from the pure-Python ``hpack``
-package) and a decoder of the few protobuf fields read here, instead of grpcio and protobuf (see
+so it is made by ``grpc_unary`` (HTTP/2 framed by hand, HPACK by ``hpack_codec``) and a decoder
+of the few protobuf fields read here, instead of grpcio and protobuf (see
 docs/benchmarks.md for what each adds to the agent's memory). Field numbers follow the kubelet's
 published ``pkg/apis/podresources/v1/api.proto``.
 """
@@ -166,12 +166,10 @@ def call(path, method, request=b"", timeout=2.0):
         grpc_unary.exchange(sock, grpc_unary.request("localhost", method, request, timeout, WINDOW), reader, deadline)
     except socket.timeout:
         raise PodResourcesError("the kubelet did not answer %s on %s within %g s" % (method, path, timeout)) from None
-    except ConnectionAbortedError as closed:
-        first = closed.args[0] if closed.args else b""
-        # An HTTP/2 server speaks first with a SETTINGS frame (type 4, the frame header's fourth byte).
-        if first and (len(first) < 9 or first[3] != grpc_unary.SETTINGS):
-            raise PodResourcesError("%s does not speak gRPC over HTTP/2: it answered %r" % (path, first)) from None
+    except ConnectionAbortedError:
         raise PodResourcesError("%s: the kubelet closed the connection before it answered" % path) from None
+    except grpc_unary.AnswerTooLarge:
+        raise PodResourcesError("%s: the kubelet's answer is over %d bytes" % (path, MAX_ANSWER_BYTES)) from None
     except grpc_unary.ProtocolError as error:
         raise PodResourcesError("%s does not speak gRPC over HTTP/2: %s" % (path, error)) from None
     except grpc_unary.StreamError as error:

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.scv.gpu.plugins.module_utils.node.labels import mig_devices, mig_resource_name
+from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
+    mig_devices,
+    mig_resource_name,
+    single_strategy_faults,
+)
 
 PLUGIN = "NVIDIA's device plugin will not start on this node"
 
@@ -53,21 +57,19 @@ def refusal(fact, mig_strategy):
                 "the GPU" % (PLUGIN, ", ".join(map(str, lost))))
     if mig_strategy != "single":
         return None
-    enabled = [position for position, card in enumerate(cards) if card.get("migEnabled")]
-    empty = [position for position in enabled if not cards[position].get("migDevices")]
-    if empty:
+    faults = single_strategy_faults(cards)
+    if "empty" in faults:      # the plugin's own order of checks
         return ("%s under MIG strategy single: GPU %s has MIG on and no MIG device (the plugin's words: 'device %d "
                 "has no MIG devices configured'). Give it MIG devices, or turn its MIG mode off"
-                % (PLUGIN, ", ".join(map(str, empty)), empty[0]))
-    profiles = sorted({device["profile"] for _card, device in mig_devices(cards)})
-    if len(profiles) > 1:
+                % (PLUGIN, ", ".join(map(str, faults["empty"])), faults["empty"][0]))
+    if "profiles" in faults:
         return ("%s under MIG strategy single: its MIG devices are of %d profiles (%s), and single takes one ('more "
                 "than one MIG device type present on node'). Use one profile on every GPU, or strategy mixed"
-                % (PLUGIN, len(profiles), ", ".join(profiles)))
-    if enabled and len(enabled) != len(cards):
+                % (PLUGIN, len(faults["profiles"]), ", ".join(faults["profiles"])))
+    if "mig_off" in faults:
         return ("%s under MIG strategy single: GPU %s has MIG off beside GPUs with it on ('all devices on the node "
                 "must be configured with the same migEnabled value'). Give every GPU the same MIG mode, or use "
-                "strategy mixed" % (PLUGIN, ", ".join(str(n) for n in range(len(cards)) if n not in enabled)))
+                "strategy mixed" % (PLUGIN, ", ".join(map(str, faults["mig_off"]))))
     return None
 
 

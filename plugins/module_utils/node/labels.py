@@ -211,6 +211,26 @@ def _profile_labels(prefix, card, device, count):
     return labels
 
 
+def single_strategy_faults(cards):
+    """What the ``single`` MIG strategy cannot take in these cards, as GFD (which labels the node invalid) and
+    NVIDIA's device plugin (which will not start) both judge it: {"empty": positions of GPUs with MIG on and
+    no MIG device, "profiles": the MIG profiles when there is more than one, "mig_off": positions of GPUs
+    with MIG off beside GPUs with it on}, the faults found only; {} for none."""
+    enabled = [position for position, card in enumerate(cards) if card.get("migEnabled")]
+    if not enabled:
+        return {}
+    faults = {}
+    empty = [position for position in enabled if not cards[position].get("migDevices")]
+    if empty:
+        faults["empty"] = empty
+    profiles = sorted({device["profile"] for _card, device in mig_devices(cards)})
+    if len(profiles) > 1:
+        faults["profiles"] = profiles
+    if len(enabled) != len(cards):
+        faults["mig_off"] = [position for position in range(len(cards)) if position not in enabled]
+    return faults
+
+
 def _single_labels(cards):
     """Strategy single: the node's GPUs are its MIG devices, all of one profile. Anything else is
     labelled invalid (product '<model>-MIG-INVALID', count and memory 0), as GFD does."""
@@ -218,9 +238,7 @@ def _single_labels(cards):
     if not enabled:
         return {}
     devices = mig_devices(cards)
-    profiles = {mig_resource_name(device["profile"]) for _card, device in devices}
-    if (any(not card.get("migDevices") for card in enabled) or len(enabled) != len(cards)
-            or len(profiles) != 1):
+    if single_strategy_faults(cards) or not devices:     # no MIG device with a readable profile: none to name
         return {PREFIX + "gpu.product": sanitise_product(enabled[0]["model"]) + "-MIG-INVALID",
                 PREFIX + "gpu.count": "0", PREFIX + "gpu.memory": "0"}
     card, device = devices[0]

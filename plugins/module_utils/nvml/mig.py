@@ -69,13 +69,19 @@ def local_mig_devices():
             if not mode or not mode[0]:
                 continue
             parent = as_text(text_call(pynvml.nvmlDeviceGetUUID, handle))
-            for position in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-                mig = _optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, position)
-                if mig is not None:
-                    found[as_text(text_call(pynvml.nvmlDeviceGetUUID, mig))] = parent
+            for mig in _mig_handles(handle):
+                found[as_text(text_call(pynvml.nvmlDeviceGetUUID, mig))] = parent
         except pynvml.NVMLError:
             continue
     return found
+
+
+def _mig_handles(handle):
+    """The handles of the MIG devices of the GPU ``handle`` (none for a GPU without MIG)."""
+    for position in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        mig = _optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, position)
+        if mig is not None:
+            yield mig
 
 
 def _optional(function, *args):
@@ -152,12 +158,7 @@ class MigGpu:
     def processes(self):
         """The PIDs running on the GPU or any of its MIG devices."""
         pids = set()
-        handles = [self.handle]
-        for position in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, self.handle) or 0):
-            mig = _optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, self.handle, position)
-            if mig is not None:
-                handles.append(mig)
-        for handle in handles:
+        for handle in [self.handle, *_mig_handles(self.handle)]:
             for process in _optional(pynvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
                 pids.add(process.pid)
         return sorted(pids)
@@ -230,14 +231,19 @@ def profiles_while_off(gpu):
     return table
 
 
+def _read_state(gpu):
+    """(MIG mode, the driver's profiles, the GPU instances) of ``gpu`` as it is now."""
+    mode = gpu.mode()
+    table = gpu.profiles() if mode and mode[0] else {}
+    return mode, table, gpu.instances(table) if table else []
+
+
 def survey(gpu, entry):
     """What this GPU is and what it should become, checked: raises LayoutError where it cannot.
     A GPU whose MIG mode is off is planned from the collection's table of its card."""
-    mode = gpu.mode()
+    mode, table, instances = _read_state(gpu)
     if mode is None and entry["mig-enabled"]:
         raise LayoutError("GPU %d (%s) cannot do MIG" % (gpu.index, gpu.name))
-    table = gpu.profiles() if mode and mode[0] else {}
-    instances = gpu.instances(table) if table else []
     plan = None
     if entry["mig-enabled"] and entry["mig-devices"]:
         plan = plan_for(gpu, entry["mig-devices"], table or profiles_while_off(gpu))
@@ -273,9 +279,7 @@ def apply(work):
 def _state_now(gpu):
     """The GPU's MIG state read again after a failure, or None where it cannot be read."""
     try:
-        mode = gpu.mode()
-        table = gpu.profiles() if mode and mode[0] else {}
-        return state_of(mode, table, gpu.instances(table) if table else [])
+        return state_of(*_read_state(gpu))
     except (MigError, pynvml.NVMLError):
         return None
 

@@ -72,7 +72,7 @@ def test_the_largest_frame_and_answer_it_takes():
     (settings() + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 11) + b"bye"), h2.StreamError, "HTTP/2 error 11"),
     (settings() + frame(DATA, PADDED, 1, b"\x03ab"), h2.ProtocolError, "padding is longer than the frame"),
     (settings() + frame(DATA, PADDED, 1, b""), h2.ProtocolError, "padding is longer than the frame"),
-    (settings() + frame(DATA, 0, 1, b"x" * 11), h2.ProtocolError, "an answer over 10 bytes"),
+    (settings() + frame(DATA, 0, 1, b"x" * 11), h2.AnswerTooLarge, "an answer over 10 bytes"),
     (settings() + frame(HEADERS, END_HEADERS, 1, b"\x80"), h2.ProtocolError, "index 0"),
 ])
 def test_what_is_not_an_answer_is_named(wire, error, says):
@@ -109,3 +109,24 @@ def test_the_request_opens_one_window_for_the_answer_and_is_encoded_once():
         ("grpc-timeout", "2000m")]
     assert frames[3][3] == b"\x00\x00\x00\x00\x00"
     assert b"grpc-timeout\x021m" in h2.request("localhost", "/x", b"", 0.0001, 1 << 24)
+
+
+@pytest.mark.parametrize("sent, error, says", [
+    (b"HTTP/1", h2.ProtocolError, "it answered b'HTTP/1'"),          # no whole frame: it speaks something else
+    (settings(), ConnectionAbortedError, None),                        # HTTP/2, but gone before the answer
+    (b"", ConnectionAbortedError, None),
+])
+def test_a_peer_that_closes_before_the_answer_is_told_apart(sent, error, says):
+    import socket
+    import time
+
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(sent)
+        theirs.shutdown(socket.SHUT_WR)              # it says no more; the request still reaches it
+        with pytest.raises(error, match=re.escape(says) if says else None):
+            h2.exchange(ours, b"request", h2.Reader(10), time.monotonic() + 5)
+        assert theirs.recv(7) == b"request"
+    finally:
+        ours.close()
+        theirs.close()
