@@ -145,6 +145,18 @@ pci_unreadable:
   type: list
   elements: dict
   sample: [{"busId": "0000:19:00.0", "vendor": "0x10de", "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
+pci_nvswitches:
+  description:
+    - The NVSwitch chips on the PCI bus (vendor 0x10de, class 0680), read from sysfs, in bus order. C(generation) is
+      C(LR10) (HGX A100), C(LS10) (HGX H100/H200) or null for a device ID the collection's table does not know;
+      C(driver) is the bound kernel driver (C(nvidia-nvswitch)), or null.
+    - The fourth generation (HGX B200/B300) is reached through ConnectX bridges, not as NVIDIA functions, so it is not
+      listed here.
+    - The C(scv.gpu.nvidia_driver) role installs NVIDIA Fabric Manager where this is not empty.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"busId": "0000:05:00.0", "deviceId": "0x22a3", "generation": "LS10", "driver": "nvidia-nvswitch"}]
 next_kernel:
   description:
     - The preflight for a reboot. C(kernel) is the release that boots next, or null when that is not certain, and

@@ -6,6 +6,11 @@ the real path.
 For a simulator scenario, a device's PCI class is its ``pciClass`` (default 0x030200, a 3D
 controller: a data centre GPU in compute mode; 0x030000 is a VGA controller, a GPU in graphics
 mode), and ``"vgpu": 1`` gives its configuration space NVIDIA's vGPU capability.
+
+A scenario's top-level ``"nvswitches"`` lists the host's NVSwitch chips, written as NVML writes a
+device's PCI identity: ``{"pciBusId": "00000000:05:00.0", "pciDeviceId": 581112030}`` (0x22A310DE: device
+0x22a3 in the high half, NVIDIA's vendor 0x10de in the low). Each becomes an NVIDIA function of class
+0x068000 bound to nvidia-nvswitch; the NVML simulator ignores the key.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 
 NVIDIA = 0x10DE
 COMPUTE_CLASS = 0x030200
+NVSWITCH_CLASS = 0x068000
 EMPTY_BAR = "0x0000000000000000 0x0000000000000000 0x0000000000000000"
 
 
@@ -67,13 +73,16 @@ def sysfs_address(nvml_bus_id):
 
 
 def build(scenario, root):
-    """The tree of a host with the GPUs of ``scenario`` (a parsed scenario), bound to nvidia;
-    returns ``root``."""
+    """The tree of a host with the GPUs of ``scenario`` (a parsed scenario), bound to nvidia, and its
+    NVSwitches, bound to nvidia-nvswitch; returns ``root``."""
     (pathlib.Path(root) / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
     for gpu in scenario.get("devices", []):
         if isinstance(gpu.get("pciBusId"), str):
             add_function(root, sysfs_address(gpu["pciBusId"]), NVIDIA, (gpu.get("pciDeviceId", 0) >> 16) & 0xFFFF,
                          gpu.get("pciClass", COMPUTE_CLASS), "nvidia", bool(gpu.get("vgpu")))
+    for switch in scenario.get("nvswitches", []):
+        add_function(root, sysfs_address(switch["pciBusId"]), NVIDIA, (switch["pciDeviceId"] >> 16) & 0xFFFF,
+                     NVSWITCH_CLASS, "nvidia-nvswitch")
     return root
 
 

@@ -19,6 +19,16 @@ NVIDIA_VENDOR = 0x10DE
 # 02 (3D controller: the data centre GPUs). NVSwitches (class 0680) and the GPUs' own audio
 # functions (0403) are not GPUs.
 GPU_CLASSES = (0x0300, 0x0302)
+# PCI class 0680 (bridge, other): the NVSwitch chips of the HGX A100 and HGX H100/H200 baseboards,
+# each one NVIDIA function the nvidia-nvswitch part of the driver binds. Their device IDs name
+# the generation, as the open kernel modules' nvswitch tables list them. The fourth generation
+# (HGX B200/B300) is not an NVIDIA PCI function on the host: it is reached through ConnectX
+# bridges, so it does not show here.
+NVSWITCH_CLASS = 0x0680
+NVSWITCH_GENERATIONS = (
+    (0x1AE8, 0x1AFF, "LR10"),   # second generation: HGX A100 (6 chips, 0x1af1)
+    (0x22A0, 0x22A7, "LS10"),   # third generation: HGX H100/H200 (4 chips, 0x22a3)
+)
 
 # PCI device ID -> the name NVML gives the card, for the cards a cluster usually holds. A device
 # not listed here is still found and counted; its model is then unknown (None).
@@ -120,12 +130,45 @@ def nvidia_functions(sysfs="/sys"):
     return found
 
 
+def nvswitches(sysfs="/sys"):
+    """The NVSwitch chips on the PCI bus (NVIDIA functions of class 0680), in bus order: dicts with
+    ``busId``, ``deviceId`` ('0x22a3'), ``generation`` ('LR10', 'LS10', or None for an ID the table does
+    not know) and ``driver`` (the bound kernel driver, 'nvidia-nvswitch' once the driver runs, or None).
+
+    An unreadable or absent tree gives an empty list; so does a function whose class cannot be read
+    (``nvidia_functions`` reports those as unreadable).
+    """
+    found = []
+    root = os.path.join(sysfs, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return found
+    for name in names:
+        path = os.path.join(root, name)
+        if _hex(_read(os.path.join(path, "vendor"))) != NVIDIA_VENDOR:
+            continue
+        klass = _hex(_read(os.path.join(path, "class")))
+        if klass is None or klass >> 8 != NVSWITCH_CLASS:
+            continue
+        device = _hex(_read(os.path.join(path, "device")))
+        driver = os.path.join(path, "driver")
+        found.append({
+            "busId": name,
+            "deviceId": "0x%04x" % device if device is not None else None,
+            "generation": next((label for low, high, label in NVSWITCH_GENERATIONS
+                                if device is not None and low <= device <= high), None),
+            "driver": os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None,
+        })
+    return found
+
+
 def pci_facts(sysfs="/sys"):
-    """The modules' ``pci_gpus``, ``pci_virtual_functions`` and ``pci_unreadable``, and a warning for each
-    unreadable function: (facts, warnings)."""
+    """The modules' ``pci_gpus``, ``pci_virtual_functions``, ``pci_unreadable`` and ``pci_nvswitches``, and a
+    warning for each unreadable function: (facts, warnings)."""
     functions = nvidia_functions(sysfs)
     facts = {"pci_gpus": functions["gpus"], "pci_virtual_functions": functions["virtual_functions"],
-             "pci_unreadable": functions["unreadable"]}
+             "pci_unreadable": functions["unreadable"], "pci_nvswitches": nvswitches(sysfs)}
     warnings = ["PCI function %s%s: %s, so whether it is %s GPU is not known" % (
         function["busId"], " of NVIDIA" if function["vendor"] else "", function["problem"],
         "a" if function["vendor"] else "an NVIDIA") for function in functions["unreadable"]]

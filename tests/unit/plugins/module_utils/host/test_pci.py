@@ -12,6 +12,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.pci import (
     bus_key,
     missing_from_nvml,
     nvidia_gpus,
+    nvswitches,
     pci_facts,
 )
 from harness.pci_sysfs import add_function
@@ -179,3 +180,35 @@ def test_a_broken_link_is_listed_as_unreadable_with_a_warning(sysfs):
     assert warnings == ["PCI function 0000:3b:00.0: %s is a broken link, so even its vendor cannot be read, so whether "
                         "it is an NVIDIA GPU is not known" % (listing / "0000:3b:00.0")]
     assert [gpu["busId"] for gpu in facts["pci_gpus"]][0] == "0000:00:06.0"     # the others are read as before
+
+
+def test_nvswitches_are_the_nvidia_bridge_functions_with_their_generation(sysfs, tmp_path):
+    assert nvswitches(str(sysfs)) == [{"busId": "0000:c5:00.0", "deviceId": "0x22a3", "generation": "LS10",
+                                       "driver": None}]
+    add_function(sysfs, "0000:c6:00.0", 0x10DE, 0x1AF1, 0x068000, "nvidia-nvswitch")   # an A100 board's
+    add_function(sysfs, "0000:c7:00.0", 0x10DE, 0x2999, 0x068000)                      # an ID the table lacks
+    add_function(sysfs, "0000:c8:00.0", 0x15B3, 0x1021, 0x068000)                      # not NVIDIA's
+    add_function(sysfs, "0000:c9:00.0", 0x10DE, 0x22A8, 0x060400)                      # a PCI-PCI bridge
+    assert [(switch["busId"], switch["generation"], switch["driver"]) for switch in nvswitches(str(sysfs))] == [
+        ("0000:c5:00.0", "LS10", None), ("0000:c6:00.0", "LR10", "nvidia-nvswitch"), ("0000:c7:00.0", None, None)]
+    assert pci_facts(str(sysfs))[0]["pci_nvswitches"] == nvswitches(str(sysfs))
+    assert nvswitches(str(tmp_path / "nothing")) == []
+
+
+@pytest.mark.parametrize("device, generation", [(0x1AE7, None), (0x1AE8, "LR10"), (0x1AFF, "LR10"), (0x1B00, None),
+                                                (0x229F, None), (0x22A0, "LS10"), (0x22A7, "LS10"), (0x22A8, None)])
+def test_the_generation_table_ends_where_the_driver_s_id_ranges_end(tmp_path, device, generation):
+    add_function(tmp_path, "0000:05:00.0", 0x10DE, device, 0x068000)
+    assert nvswitches(str(tmp_path))[0]["generation"] == generation
+
+
+def test_a_scenario_s_nvswitches_become_bridge_functions_bound_to_nvswitch_not_gpus(tmp_path):
+    from harness import pci_sysfs
+    scenario = {"devices": [{"pciBusId": "00000000:18:00.0", "pciDeviceId": 0x233010DE}],
+                "nvswitches": [{"pciBusId": "00000000:%02X:00.0" % bus, "pciDeviceId": 0x22A310DE}
+                               for bus in (0x05, 0x06, 0x07, 0x08)]}
+    root = pci_sysfs.build(scenario, str(tmp_path))
+    assert [gpu["busId"] for gpu in nvidia_gpus(root)] == ["0000:18:00.0"]
+    assert nvswitches(root) == [{"busId": "0000:%02x:00.0" % bus, "deviceId": "0x22a3", "generation": "LS10",
+                                 "driver": "nvidia-nvswitch"} for bus in (0x05, 0x06, 0x07, 0x08)]
+    assert (tmp_path / "bus" / "pci" / "devices" / "0000:05:00.0" / "class").read_text() == "0x068000\n"
