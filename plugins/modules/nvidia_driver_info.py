@@ -15,8 +15,11 @@ description:
   - Tells whether Secure Boot is enabled (C(mokutil --sb-state), or the EFI variable when mokutil is absent).
   - Loads C(libnvidia-ml.so.1) and asks it for the driver version and the GPU count, with the standard
     library's ctypes, so the host needs no nvidia-ml-py.
+  - Compares the options the loaded C(nvidia) module runs with against wanted ones, and names the processes
+    that hold the GPUs (O(module_params)).
   - The C(scv.gpu.nvidia_driver) role uses it to decide whether a reboot must follow an install
-    (see the role's C(nvidia_driver_reboot)).
+    (see the role's C(nvidia_driver_reboot)), and whether its C(nvidia_driver_module_params) need a reload or a
+    reboot.
 version_added: 1.0.0
 author:
   - scv.gpu contributors (!UNKNOWN)
@@ -62,6 +65,22 @@ options:
       - Where the host's C(/boot), C(/etc/default/grub) and C(/lib/modules) are; tests point it at a prepared tree.
     type: path
     default: /
+  module_params:
+    description:
+      - Options of the C(nvidia) module (name to value, as the C(scv.gpu.nvidia_module_options) filter spells them)
+        to compare with the loaded module's, read from C(/sys/module/nvidia/parameters/<name>) where the driver
+        exposes one, else from C(/proc/driver/nvidia/params) (without the C(NVreg_) prefix). Reported as
+        RV(module_params).
+    type: dict
+  module_params_file:
+    description: The modprobe.d file that holds those options, for the messages.
+    type: path
+    default: /etc/modprobe.d/scv-gpu-nvidia.conf
+  procfs:
+    description: Where procfs is mounted (the driver's parameters, and the processes that hold its devices); tests
+      point it at a prepared tree.
+    type: path
+    default: /proc
 attributes:
   check_mode:
     support: full
@@ -171,6 +190,25 @@ next_kernel:
            "how": "GRUB_DEFAULT=0, in /boot/grub/grub.cfg, the entry 'Debian GNU/Linux'",
            "message": "the kernel that boots next, 6.1.0-27-amd64 (GRUB_DEFAULT=0, in /boot/grub/grub.cfg, the entry
            'Debian GNU/Linux'), has no nvidia module under /lib/modules/6.1.0-27-amd64"}
+module_params:
+  description:
+    - The loaded C(nvidia) module against O(module_params). C(loaded) tells whether one is loaded; C(differ) lists
+      each option it runs with another value (C(name), C(wanted), C(running), C(source) it was read from);
+      C(unknown) the options it lists nowhere (the kernel ignores those).
+    - C(action) is C(none) (nothing to apply), C(reload) (no process holds a GPU, but C(services) such as
+      C(nvidia-persistenced), which are stopped for it; C(unload) lists the modules in the order C(modprobe -r)
+      takes them) or C(reboot) (C(holders) lists the processes that hold the GPUs, by C(pid), C(command) and
+      C(devices); C(pending) is the reboot reason).
+    - C(problems) names a word given where the loaded module holds a number, which would keep it from loading.
+  returned: when O(module_params) is given
+  type: dict
+  sample: {"loaded": true, "action": "reboot", "unknown": [], "services": [], "unload": ["nvidia_uvm", "nvidia"],
+           "differ": [{"name": "NVreg_EnableStreamMemOPs", "wanted": "1", "running": "0",
+                       "source": "/proc/driver/nvidia/params"}],
+           "holders": [{"pid": 4242, "command": "python3", "devices": ["/dev/nvidia0", "/dev/nvidiactl"]}],
+           "pending": "the loaded nvidia module runs with NVreg_EnableStreamMemOPs=0 (1 wanted), and processes hold
+           the GPUs (4242 python3), so it is not reloaded: the options of /etc/modprobe.d/scv-gpu-nvidia.conf take
+           effect at the next boot", "problems": [], "message": "..."}
 nvml_missing:
   description:
     - The PCI GPUs that NVML did not answer for (by PCI address); empty when NVML sees every GPU the
@@ -192,6 +230,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import (
     nouveau_loaded,
     secure_boot,
 )
+from ansible_collections.scv.gpu.plugins.module_utils.host.module_params import check_options, options_state
 from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, pci_facts
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
 
@@ -205,6 +244,9 @@ def main():
             next_kernel=dict(type="bool", default=False),
             next_kernel_release=dict(type="str"),
             root=dict(type="path", default="/"),
+            module_params=dict(type="dict"),
+            module_params_file=dict(type="path", default="/etc/modprobe.d/scv-gpu-nvidia.conf"),
+            procfs=dict(type="path", default="/proc"),
         ),
         supports_check_mode=True,
     )
@@ -228,6 +270,12 @@ def main():
     if params["next_kernel"]:
         result["next_kernel"] = next_kernel(module, params["root"], sysfs, params["next_kernel_release"],
                                             result["installed_version"])
+    if params["module_params"] is not None:
+        checked = check_options(params["module_params"])
+        if checked["problems"]:
+            module.fail_json(msg="%s. Nothing was read." % "; ".join(checked["problems"]))
+        result["module_params"] = options_state(checked["options"], params["module_params_file"], sysfs,
+                                                params["procfs"])
     if params["nvml"]:
         result["nvml"] = probe_library()
         result["nvml_missing"] = missing_from_nvml(result["pci_gpus"], result["nvml"]["bus_ids"])
