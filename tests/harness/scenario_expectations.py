@@ -93,6 +93,17 @@ def h100_card(i):
         "gpuUtilization": 10 * i,
         "memoryUtilization": 5 * i,
         "powerDraw": 71 + i,
+        # what a real H100 answers beside (memory temperature, codecs, energy, PCIe replays), and an HGX
+        # board's NVLink: 18 NVLink 4 links per GPU, every one to an NVSwitch, and the fabric trained
+        "memoryTemperature": 40 + i % 3,
+        "encoderUtilization": 0,
+        "decoderUtilization": 0,
+        "energyConsumption": 2742790 + 137000 * i,
+        "pcieReplayCount": 0,
+        "nvlinkBandwidthTotal": 0,
+        "fabric": {"state": "completed", "status": "Success", "cliqueId": 0,
+                   "clusterUuid": "00000000-0000-0000-0000-000000000000", "healthSummary": "healthy"},
+        "nvlink": {"links": 18, "activeLinks": 18, "switchLinks": 18, "speedMBps": 26562, "version": "4.0"},
         "migEnabled": False,
         "migPendingEnabled": False,
         "processCount": i % 3,

@@ -1263,6 +1263,13 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int values
             fv->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
             fv->value.uiVal = (unsigned int)value;
             fv->nvmlReturn = NVML_SUCCESS;
+        } else if ((fv->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT &&
+                    sim_number(j_get(dev.gpu, "nvlink"), "links", &value)) ||
+                   (fv->fieldId == NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON &&
+                    sim_number(j_get(dev.gpu, "nvlink"), "speedMBps", &value))) {
+            fv->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            fv->value.uiVal = (unsigned int)value;
+            fv->nvmlReturn = dev.mig ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
         } else if (sim_number(j_get(dev.gpu, "fields"), key, &value)) {
             /* "fields": {"82": 43, "83": 2742790, "94": 0}: NVML field ID to value */
             fv->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
@@ -2576,29 +2583,242 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_
 {
     sim_device other;
 
-    (void)p2pIndex;
     SIM_DEVICE_CALL(device1, dev);
     if (!p2pStatus || !sim_resolve(device2, &other))
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
+    /* GPUs on one NVSwitch board reach each other over NVLink; nothing else is peer to peer here */
+    *p2pStatus = p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK && !dev.mig && !other.mig && j_get(dev.gpu, "nvlink") &&
+                 j_get(other.gpu, "nvlink") && j_len(j_get(sim_root, "nvswitches"))
+                     ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
     SIM_RETURN(NVML_SUCCESS);
 }
 
-/* No simulated card has NvLink: a PCIe card answers NOT_SUPPORTED, as these do. */
+/* -------------------------------------------------------------- NVLink */
+
+/*
+ * "nvlink": {"links": 18, "version": 6, "speedMBps": 26562, "down": [4]} gives a GPU its NVLinks (an
+ * SXM card's; a PCIe card has none and answers NOT_SUPPORTED). Every link is up but those in "down".
+ * The scenario's top-level "nvswitches" ([{"pciBusId": ..., "pciDeviceId": ...}]) are the NVSwitch
+ * chips of an HGX board: link i of a GPU goes to switch i * switches / links, so that 18 links over 4
+ * switches split 5, 4, 5, 4 as on an HGX H100. Without switches the links go to the other GPUs.
+ */
+static const jval *sim_nvlink(const sim_device *dev, unsigned int link, nvmlReturn_t *rc)
+{
+    const jval *nvlink = dev->mig ? NULL : j_get(dev->gpu, "nvlink");
+    long long links = 0;
+
+    *rc = NVML_SUCCESS;
+    if (!nvlink || !sim_number(nvlink, "links", &links))
+        *rc = NVML_ERROR_NOT_SUPPORTED;
+    else if (link >= (unsigned long long)links)
+        *rc = NVML_ERROR_INVALID_ARGUMENT;
+    return *rc == NVML_SUCCESS ? nvlink : NULL;
+}
+
+static int sim_link_down(const jval *nvlink, unsigned int link)
+{
+    const jval *down = j_get(nvlink, "down");
+
+    for (const jval *e = down && down->type == J_ARR ? down->child : NULL; e; e = e->next)
+        if (e->type == J_NUM && e->num == (long long)link)
+            return 1;
+    return 0;
+}
+
+/* The NVSwitch at the far end of `link`, or NULL on a board without switches. */
+static const jval *sim_link_switch(const jval *nvlink, unsigned int link)
+{
+    const jval *switches = j_get(sim_root, "nvswitches");
+    unsigned int count = j_len(switches);
+    long long links = 1;
+
+    if (!count)
+        return NULL;
+    sim_number(nvlink, "links", &links);
+    return j_at(switches, (unsigned int)((unsigned long long)link * count / (unsigned long long)links));
+}
+
+/* "switchTray": 1, a rack's GPU (GB200 NVL72) whose NVSwitches sit in other trays, off this host's PCI bus */
+static int sim_switch_tray(const jval *nvlink)
+{
+    long long tray = 0;
+
+    return sim_number(nvlink, "switchTray", &tray) && tray;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
 {
-    (void)link;
-    (void)isActive;
+    const jval *nvlink;
+    nvmlReturn_t rc;
+
     SIM_DEVICE_CALL(device, dev);
-    SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    nvlink = sim_nvlink(&dev, link, &rc);
+    if (!nvlink)
+        SIM_RETURN(rc);
+    if (!isActive)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *isActive = sim_link_down(nvlink, link) ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
+{
+    const jval *nvlink;
+    nvmlReturn_t rc;
+    long long value = 0;
+
+    SIM_DEVICE_CALL(device, dev);
+    nvlink = sim_nvlink(&dev, link, &rc);
+    if (!nvlink)
+        SIM_RETURN(rc);
+    if (!version)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!sim_number(nvlink, "version", &value))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *version = (unsigned int)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                            nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType)
+{
+    const jval *nvlink;
+    nvmlReturn_t rc;
+
+    SIM_DEVICE_CALL(device, dev);
+    nvlink = sim_nvlink(&dev, link, &rc);
+    if (!nvlink)
+        SIM_RETURN(rc);
+    if (!pNvLinkDeviceType)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *pNvLinkDeviceType = sim_link_switch(nvlink, link) || sim_switch_tray(nvlink) ? NVML_NVLINK_DEVICE_TYPE_SWITCH
+                                                                                  : NVML_NVLINK_DEVICE_TYPE_GPU;
+    SIM_RETURN(NVML_SUCCESS);
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
-    (void)link;
-    (void)pci;
+    const jval *nvlink, *remote, *bus_id;
+    unsigned int domain = 0, bus = 0, slot = 0, function = 0;
+    long long device_id = 0;
+    nvmlReturn_t rc;
+
     SIM_DEVICE_CALL(device, dev);
-    SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    nvlink = sim_nvlink(&dev, link, &rc);
+    if (!nvlink)
+        SIM_RETURN(rc);
+    if (!pci)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    remote = sim_link_switch(nvlink, link);
+    if (!remote && sim_switch_tray(nvlink))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!remote)   /* no switches: the links go round the other GPUs */
+        remote = sim_devices[(dev.index + 1 + link % (sim_device_count > 1 ? sim_device_count - 1 : 1))
+                             % sim_device_count];
+    bus_id = j_get(remote, "pciBusId");
+    if (!bus_id || bus_id->type != J_STR ||
+        sscanf(bus_id->str, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4 ||
+        strlen(bus_id->str) >= NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE)
+        SIM_RETURN(NVML_ERROR_UNKNOWN);
+    sim_number(remote, "pciDeviceId", &device_id);
+    memset(pci, 0, sizeof(*pci));
+    snprintf(pci->busId, sizeof(pci->busId), "%s", bus_id->str);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT,
+             domain & 0xffffu, bus, slot);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = slot;
+    pci->pciDeviceId = (unsigned int)device_id;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* ---------------------------------------------------------- GPU fabric */
+
+/*
+ * "fabric": {"state": 3, "status": "SUCCESS", "cliqueId": 0, "clusterUuid": "…", "healthMask": 0,
+ * "healthSummary": 1} is a Hopper or later GPU's place in the NVLink fabric (nvmlGpuFabricInfo_t):
+ * state 1 not started, 2 in progress (Fabric Manager is training the fabric), 3 completed; status an
+ * nvmlReturn_t name, meaningful once completed. No "fabric": NOT_SUPPORTED, as a PCIe card answers.
+ */
+typedef struct {
+    unsigned char uuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int clique, health_mask;
+    unsigned char state, summary;
+} sim_fabric_t;
+
+static nvmlReturn_t sim_fabric(const sim_device *dev, sim_fabric_t *out)
+{
+    const jval *fabric = dev->mig ? NULL : j_get(dev->gpu, "fabric");
+    const jval *status, *uuid;
+    long long value = 0;
+    unsigned int byte, i = 0;
+
+    if (!fabric)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(out, 0, sizeof(*out));
+    if (sim_number(fabric, "state", &value))
+        out->state = (unsigned char)value;
+    if (sim_number(fabric, "cliqueId", &value))
+        out->clique = (unsigned int)value;
+    if (sim_number(fabric, "healthMask", &value))
+        out->health_mask = (unsigned int)value;
+    if (sim_number(fabric, "healthSummary", &value))
+        out->summary = (unsigned char)value;
+    status = j_get(fabric, "status");
+    out->status = status && status->type == J_STR ? sim_error_code(status->str) : NVML_SUCCESS;
+    uuid = j_get(fabric, "clusterUuid");
+    for (const char *c = uuid && uuid->type == J_STR ? uuid->str : ""; *c && i < NVML_GPU_FABRIC_UUID_LEN; c++) {
+        if (*c == '-')
+            continue;
+        if (sscanf(c, "%2x", &byte) != 1)
+            return NVML_ERROR_UNKNOWN;
+        out->uuid[i++] = (unsigned char)byte;
+        c++;
+    }
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
+{
+    sim_fabric_t f;
+    nvmlReturn_t rc;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!gpuFabricInfo)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    rc = sim_fabric(&dev, &f);
+    if (rc != NVML_SUCCESS)
+        SIM_RETURN(rc);
+    memcpy(gpuFabricInfo->clusterUuid, f.uuid, sizeof(f.uuid));
+    gpuFabricInfo->status = f.status;
+    gpuFabricInfo->cliqueId = f.clique;
+    gpuFabricInfo->state = f.state;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* Version 2 adds the health mask, version 3 the health summary (both with a leading version field). */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
+{
+    sim_fabric_t f;
+    nvmlReturn_t rc;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!gpuFabricInfo)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpuFabricInfo->version != nvmlGpuFabricInfo_v2 && gpuFabricInfo->version != nvmlGpuFabricInfo_v3)
+        SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    rc = sim_fabric(&dev, &f);
+    if (rc != NVML_SUCCESS)
+        SIM_RETURN(rc);
+    memcpy(gpuFabricInfo->clusterUuid, f.uuid, sizeof(f.uuid));
+    gpuFabricInfo->status = f.status;
+    gpuFabricInfo->cliqueId = f.clique;
+    gpuFabricInfo->state = f.state;
+    gpuFabricInfo->healthMask = f.health_mask;
+    if (gpuFabricInfo->version == nvmlGpuFabricInfo_v3)
+        gpuFabricInfo->healthSummary = f.summary;
+    SIM_RETURN(NVML_SUCCESS);
 }
 
 /* ----------------------------------------------------------- processes */

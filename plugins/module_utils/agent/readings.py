@@ -46,13 +46,13 @@ class Readings:
 
     def tick(self):
         """A tick's read: the Scv's and the health check's, and the costly counters if a scrape left them due."""
-        return self._read(["counters"] if self.metrics else [])
+        return self._read(["counters", "fabric"] if self.metrics else ["fabric"])
 
     def scrape(self):
         """A scrape's read: the telemetry, fresh, and the costly counters when due; errors are logged."""
         self.session.slow.ask()
         try:
-            self._read(["telemetry", "counters"])
+            self._read(["telemetry", "counters", "fabric"])
             self.scrape_reads += 1
         except Exception as error:  # pylint: disable=broad-exception-caught
             LOG.error("reading NVML for a scrape failed (the last readings are served): %s", error)

@@ -35,7 +35,7 @@ _FAMILY_BY_MAJOR = {
     12: "blackwell",
 }
 
-GATHER_SUBSETS = ("telemetry", "counters", "mig", "processes")
+GATHER_SUBSETS = ("telemetry", "counters", "fabric", "mig", "processes")
 """Optional parts of the facts; the SCV fields, identity and health are always gathered."""
 
 HEALTHY = "Healthy"

@@ -38,6 +38,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     text_call,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import read_codecs, read_counters, read_virtualization
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.fabric import fabric_reasons, read_fabric
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.health_readings import read_health
 
 
@@ -293,12 +294,13 @@ class Static:
         self.unsupported = set()
 
 
-def read_card(index, subsets, handle=None, static=None, lost=None, settled=None, wanted=None):
+def read_card(index, subsets, handle=None, static=None, lost=None, settled=None, wanted=None, fabric=None):
     """One card's facts. ``handle`` and ``static`` come from a Session; without them, everything is read.
 
     ``settled``: the readings ``settled_health`` kept, reused instead of asked (a Session's, while they
     read clear and no XID came); None: ask them.
     ``wanted``: the costly counters' fact keys to read (None: all).
+    ``fabric``: with the fabric subset, the fabric facts a Session kept (``fabric.FabricChecks``); None: ask them.
 
     A card that answers GPU_IS_LOST or RESET_REQUIRED has its index added to ``lost``.
     """
@@ -346,6 +348,8 @@ def read_card(index, subsets, handle=None, static=None, lost=None, settled=None,
         if "counters" in subsets:
             once(read_virtualization)
             read_counters(reader, card, wanted)
+        if "fabric" in subsets:
+            _fabric_part(reader, card, fabric)
         if "mig" in subsets:
             once(_read_mig_mode)
             _read_mig_devices(reader, card)
@@ -365,6 +369,14 @@ def read_card(index, subsets, handle=None, static=None, lost=None, settled=None,
             lost.append(index)
         reasons.append(str(gone))
     return finish(card, reasons, unchecked)
+
+
+def _fabric_part(reader, card, kept):
+    if kept is None:
+        read_fabric(reader, card)
+    else:
+        card.update((key, dict(value)) for key, value in kept.items())
+    reader.reasons.extend(fabric_reasons(card))
 
 
 def finish(card, reasons, unchecked=()):

@@ -31,13 +31,14 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
 )
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.card import Static, read_card
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import init_failure_reason, system_facts, unavailable
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.fabric import FabricChecks
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.xid_events import XidEvents, XidLog
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.health_readings import settled_health
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.slow_readings import DEFAULT_INTERVAL_S, SlowReadings
 
 
 # Subsets with no static readings: a read with or without them shares the card's static entry.
-NO_STATIC = frozenset(("telemetry", "processes"))
+NO_STATIC = frozenset(("telemetry", "processes", "fabric"))
 
 # A driver reloaded or upgraded, or a GPU added or removed, shows first in NVML's answers (errors, a
 # lost GPU); the GPU count and driver version are asked again only this often (0.06 ms on an H100).
@@ -150,7 +151,7 @@ class Session:
     ``Static``) are read once per session, every ``static_refresh_s`` seconds, and after :meth:`refresh_static`.
     A read then asks each card only what changes: memory, persistence mode, the health counters, telemetry.
 
-    The ``counters`` subset and GPM are read every ``counters_interval_s`` (``self.slow``).
+    The ``counters`` subset, GPM and the ``fabric`` subset are read every ``counters_interval_s``; the fabric after XIDs too.
     """
 
     def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None,
@@ -172,6 +173,7 @@ class Session:
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
         self._lost = LostCards(self.xids)
         self._settled = SettledChecks()
+        self._fabric = FabricChecks(counters_interval_s)
 
     # -------------------------------------------------------------- public
 
@@ -220,6 +222,7 @@ class Session:
                 self._uuids = []
                 self._static.clear()
                 self._settled.forget()
+                self._fabric.forget()
                 self.xids.clear(keep_xids)
         finally:
             self._wanted.clear()
@@ -308,8 +311,11 @@ class Session:
         for index in range(len(self._handles)):
             static = self._static_for(index, subsets)
             settled = self._settled.reuse(index)
-            card = read_card(index, now_subsets, self._handles[index], static, lost, settled, self.slow.wanted)
+            fabric = self._fabric.reuse(index, self.clock(), self.xids.count()) if "fabric" in subsets else None
+            card = read_card(index, now_subsets, self._handles[index], static, lost, settled, self.slow.wanted, fabric)
             self._settled.read(index, card, settled is None)
+            if "fabric" in subsets and fabric is None:
+                self._fabric.read(index, card, self.clock(), self.xids.count())
             if "counters" in subsets:
                 self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)

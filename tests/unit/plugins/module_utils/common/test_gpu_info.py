@@ -77,12 +77,12 @@ def test_node_totals_count_cards_without_memory_but_not_their_memory():
 @pytest.mark.parametrize(
     "items, selected",
     [
-        (["all"], ["counters", "mig", "processes", "telemetry"]),
+        (["all"], ["counters", "fabric", "mig", "processes", "telemetry"]),
         (["min"], []),
-        (["!processes"], ["counters", "mig", "telemetry"]),
+        (["!processes"], ["counters", "fabric", "mig", "telemetry"]),
         (["!all"], []),
         (["min", "mig"], ["mig"]),
-        (["all", "!telemetry", "!mig", "!counters"], ["processes"]),
+        (["all", "!telemetry", "!mig", "!counters", "!fabric"], ["processes"]),
         (["telemetry", "!telemetry"], []),
     ],
 )
@@ -91,5 +91,5 @@ def test_parse_gather_subset(items, selected):
 
 
 def test_parse_gather_subset_reports_unknown_names():
-    everything = ["counters", "mig", "processes", "telemetry"]
+    everything = ["counters", "fabric", "mig", "processes", "telemetry"]
     assert parse_gather_subset(["all", "ecc", "!nope"]) == (everything, ["ecc", "!nope"])

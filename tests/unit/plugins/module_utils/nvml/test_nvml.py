@@ -82,8 +82,10 @@ def test_gather_subset_costs_fewer_nvml_calls(nvml_simulator):
     # decoder utilization, the counters' field values and the virtualization mode, MIG mode and
     # one process query, which takes a second call (count, then fill) on the 5 of the 8 cards that
     # run processes (card i runs i % 3). The memory temperature rides on the recovery action's call.
+    # The fabric: its state, the NVLink count and speed (one field-values call), the links' version, and
+    # each of the 18 links' state and far end.
     with_processes = sum(1 for i in range(8) if i % 3)
-    assert everything - minimum == 8 * 11 + with_processes
+    assert everything - minimum == 8 * (11 + 3 + 2 * 18) + with_processes
 
 
 def _write_scenario(path, devices):
