@@ -173,6 +173,19 @@ def test_info_names_the_gpu_that_nvml_does_not_see(ansible, sysfs):
                                        "model": "TITAN Xp", "driver": None, "vgpu": False}]
 
 
+def test_info_lists_the_nvswitches_of_an_hgx_board(ansible, sysfs):
+    """An HGX H100 board's four NVSwitch chips, from a scenario's nvswitches key, listed apart from the GPUs."""
+    from harness import pci_sysfs
+    pci_sysfs.build({"devices": [{"pciBusId": "00000000:18:00.0", "pciDeviceId": 0x233010DE}],
+                     "nvswitches": [{"pciBusId": "00000000:%02X:00.0" % bus, "pciDeviceId": 0x22A310DE}
+                                    for bus in (0x05, 0x06, 0x07, 0x08)]}, str(sysfs))
+    ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False}, name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert [gpu["busId"] for gpu in result["pci_gpus"]] == ["0000:18:00.0"]
+    assert result["pci_nvswitches"] == [{"busId": "0000:%02x:00.0" % bus, "deviceId": "0x22a3", "generation": "LS10",
+                                         "driver": "nvidia-nvswitch"} for bus in (0x05, 0x06, 0x07, 0x08)]
+
+
 def test_info_without_the_library_or_driver(ansible, sysfs):
     (sysfs / "module" / "nvidia" / "version").unlink()
     ok, result = ansible.module({"sysfs": str(sysfs)}, simulator=False, name="scv.gpu.nvidia_driver_info")
@@ -238,3 +251,58 @@ def test_info_next_kernel_follows_grub_reboot_and_checks_the_modules_vermagic(an
     ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False, "next_kernel": True, "root": str(root)},
                                 name="scv.gpu.nvidia_driver_info")
     assert ok and result["next_kernel"]["ok"] is True, result["next_kernel"]
+
+
+def plan_on(ansible, tmp_path, sysfs, **settings):
+    """The role's plan.yml on this host, reading the prepared sysfs tree: it changes nothing."""
+    play = tmp_path / "plan.yml"
+    play.write_text(TASKS_PLAY.format(tasks="plan"))
+    settings.setdefault("nvidia_driver_sysfs", str(sysfs))
+    return ansible.playbook(play, None, "-e", json.dumps(settings))
+
+
+def hgx_h100(sysfs):
+    from harness import pci_sysfs
+    pci_sysfs.build({"devices": [{"pciBusId": "00000000:18:00.0", "pciDeviceId": 0x233010DE}],
+                     "nvswitches": [{"pciBusId": "00000000:%02X:00.0" % bus, "pciDeviceId": 0x22A310DE}
+                                    for bus in (0x05, 0x06, 0x07, 0x08)]}, str(sysfs))
+
+
+@pytest.mark.every_ansible_line
+def test_fabric_manager_goes_with_the_pinned_driver_where_the_bus_has_nvswitches(ansible, tmp_path, sysfs):
+    hgx_h100(sysfs)
+    done = plan_on(ansible, tmp_path, sysfs, nvidia_driver_version="535.247.01-1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Fabric Manager: installed with the driver (the PCI bus has 4 NVSwitch chip(s) (LS10))" in done.stdout
+    assert recap(done.stdout)["changed"] == 0
+
+
+def test_no_nvswitch_no_fabric_manager(ansible, tmp_path, sysfs):
+    done = plan_on(ansible, tmp_path, sysfs, nvidia_driver_version="535.247.01-1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Fabric Manager: not managed (no NVSwitch on the PCI bus)" in done.stdout
+
+
+def test_a_fabric_manager_version_other_than_the_driver_s_is_refused_before_anything_changes(ansible, tmp_path, sysfs):
+    hgx_h100(sysfs)
+    done = plan_on(ansible, tmp_path, sysfs, nvidia_driver_version="535.247.01-1",
+                   nvidia_driver_fabric_manager_version="535.216.01-1", nvidia_driver_fabric_manager=True)
+    assert done.returncode != 0
+    assert ("nvidia_driver_fabric_manager_version 535.216.01-1 is not the driver version 535.247.01 of "
+            "nvidia_driver_version 535.247.01-1") in done.stdout
+    assert "Nothing has been changed." in done.stdout
+    assert recap(done.stdout)["changed"] == 0
+
+
+def test_an_hgx_b200_is_refused_with_what_to_install(ansible, tmp_path, sysfs):
+    add_pci_function(sysfs, "0000:18:00.0", 0x10DE, 0x2901, 0x030200, "nvidia")
+    done = plan_on(ansible, tmp_path, sysfs)
+    assert done.returncode != 0
+    assert "this host's GPUs (NVIDIA B200) sit on an HGX board with fourth-generation NVSwitches" in done.stdout
+    assert "set nvidia_driver_fabric_manager: false" in done.stdout
+
+
+def test_an_unknown_fabric_manager_setting_is_refused(ansible, tmp_path, sysfs):
+    done = plan_on(ansible, tmp_path, sysfs, nvidia_driver_fabric_manager="sometimes")
+    assert done.returncode != 0
+    assert "nvidia_driver_fabric_manager" in done.stdout and "auto, true, false" in done.stdout
