@@ -9,6 +9,8 @@ TOML parser, the package names are the ones the apt and dnf tasks receive.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import tomllib
 
 import pytest
@@ -97,3 +99,64 @@ def test_package_names_pin_both_packages(ansible, tmp_path, version, apt, dnf):
     assert done.returncode == 0, done.stdout + done.stderr
     shown = json.loads(done.stdout.split('"msg": ', 1)[1].split("\n", 1)[0])
     assert json.loads(shown) == {"apt": apt, "dnf": dnf}
+
+
+DEV_CHAR_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run the role's /dev/char tasks
+      ansible.builtin.include_role:
+        name: scv.gpu.container_toolkit
+        tasks_from: dev-char.yml
+"""
+
+
+def make_node(path, major, minor):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.unlink()
+    os.mknod(str(path), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+def run_dev_char(ansible, tmp_path, *extra):
+    play = tmp_path / "dev-char.yml"
+    play.write_text(DEV_CHAR_PLAY)
+    done = ansible.playbook(play, None, "-e", json.dumps({
+        "container_toolkit_dev": str(tmp_path / "dev"),
+        "container_toolkit_dev_char_rule": str(tmp_path / "rules.d" / "71-nvidia-dev-char.rules"),
+    }), *extra)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.every_ansible_line
+def test_dev_char_links_check_mode_then_made_then_no_change_then_made_again_after_a_driver_reload(ansible, tmp_path):
+    dev, rule = tmp_path / "dev", tmp_path / "rules.d" / "71-nvidia-dev-char.rules"
+    (tmp_path / "rules.d").mkdir()
+    for name, major, minor in (("nvidia0", 195, 0), ("nvidiactl", 195, 255), ("nvidia-uvm", 509, 0)):
+        make_node(dev / name, major, minor)
+
+    check = run_dev_char(ansible, tmp_path, "--check", "--diff")
+    assert recap(check.stdout)["changed"] == 2
+    assert "+195:0 -> ../nvidia0" in check.stdout and "+509:0 -> ../nvidia-uvm" in check.stdout
+    assert not (dev / "char").exists() and not rule.exists()
+
+    done = run_dev_char(ansible, tmp_path)
+    assert recap(done.stdout)["changed"] == 2
+    assert {name: os.readlink(dev / "char" / name) for name in os.listdir(dev / "char")} == {
+        "195:0": "../nvidia0", "195:255": "../nvidiactl", "509:0": "../nvidia-uvm"}
+    assert rule.read_text().splitlines()[-1] == (
+        'ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", '
+        'RUN+="/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all"')
+    assert stat.S_IMODE(rule.stat().st_mode) == 0o644
+    assert recap(run_dev_char(ansible, tmp_path).stdout)["changed"] == 0
+
+    # The driver reloaded: UVM came back at another major number, and its old link dangles.
+    (dev / "nvidia-uvm").unlink()
+    make_node(dev / "nvidia-uvm", 508, 0)
+    check = run_dev_char(ansible, tmp_path, "--check")
+    assert recap(check.stdout)["changed"] == 1 and not (dev / "char" / "508:0").exists()
+    assert recap(run_dev_char(ansible, tmp_path).stdout)["changed"] == 1
+    assert os.stat(dev / "char" / "508:0").st_rdev == os.makedev(508, 0)
+    assert recap(run_dev_char(ansible, tmp_path).stdout)["changed"] == 0
