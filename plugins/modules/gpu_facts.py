@@ -43,6 +43,9 @@ options:
       - C(counters) reads the total energy used since the driver loaded, the PCIe replay count, the NVLink
         traffic counter and, on a vGPU guest, the licence state. The energy costs about 4 ms per GPU on an
         H100, so leave C(counters) out where that matters.
+      - C(fabric) reads each card's NVLinks and, on Hopper and later, its state in the NVLink fabric that
+        NVIDIA Fabric Manager brings up on NVSwitch (HGX) boards. A card whose fabric is not completed is
+        unhealthy: CUDA programs cannot start on it.
       - C(mig) reads the MIG mode and, when MIG is enabled, the MIG devices.
       - C(processes) counts the compute processes running on each card.
       - V(all) selects every part, V(min) none; prefix a name with C(!) to leave it out,
@@ -401,6 +404,23 @@ ansible_facts:
               returned: with the counters subset, on vGPU guests
               type: int
               sample: 1
+            fabric:
+              description:
+                - The card's place in the NVLink fabric, as NVML reports it - C(state) (C(not started), C(in progress)
+                  or C(completed)), C(status) (once completed, C(Success) or NVML's error), C(cliqueId), C(clusterUuid)
+                  (all zeros on a single HGX board) and, where the driver reports it, C(healthSummary) (C(healthy),
+                  C(unhealthy) or C(limited capacity)).
+              returned: with the fabric subset, on Hopper and later cards in an NVLink fabric
+              type: dict
+              sample: {"state": "completed", "status": "Success", "cliqueId": 0,
+                       "clusterUuid": "00000000-0000-0000-0000-000000000000", "healthSummary": "healthy"}
+            nvlink:
+              description:
+                - The card's NVLinks - C(links) (how many it has), C(activeLinks), C(switchLinks) (active links whose
+                  far end is an NVSwitch), C(speedMBps) (per link, where reported) and C(version) (such as C(4.0)).
+              returned: with the fabric subset, on cards with NVLink
+              type: dict
+              sample: {"links": 18, "activeLinks": 18, "switchLinks": 18, "speedMBps": 26562, "version": "4.0"}
             migEnabled:
               description: Whether MIG mode is on.
               returned: with the mig subset, on MIG-capable cards
@@ -452,7 +472,7 @@ def main():
     subsets, unknown = parse_gather_subset(module.params["gather_subset"])
     if unknown:
         module.fail_json(
-            msg="gather_subset: unknown value(s) %s; use all, min, telemetry, counters, mig or processes, "
+            msg="gather_subset: unknown value(s) %s; use all, min, telemetry, counters, fabric, mig or processes, "
                 "each optionally prefixed with '!'" % ", ".join(unknown)
         )
     if not HAS_PYNVML:

@@ -18,8 +18,9 @@ description:
     C(graphics) or C(unknown), from the GPUs' PCI class), C(cuda.driver-version.major), C(minor),
     C(revision) and C(full), C(cuda.runtime-version.major), C(minor) and C(full), the older
     C(cuda.driver.major), C(minor), C(rev) and C(cuda.runtime.major), C(minor), C(mig.capable),
-    C(vgpu.present), and the MIG labels of O(mig_strategy) - plus C(nvidia.com/gpu.present=true) and
-    O(gpu_label_key) set to the product.
+    C(vgpu.present), C(gpu.clique) (C(<cluster UUID>.<clique ID>) of the NVLink fabric the GPUs are attached
+    to, on multi-node NVLink systems; it needs the facts' C(fabric) subset), and the MIG labels of
+    O(mig_strategy) - plus C(nvidia.com/gpu.present=true) and O(gpu_label_key) set to the product.
   - GFD's labels that describe the device plugin's own settings rather than the GPUs are not set -
     C(gpu.replicas), C(gpu.sharing-strategy), C(mps.capable), and their C(mig-<profile>.*) twins - nor
     C(gpu.machine), the DMI machine type.

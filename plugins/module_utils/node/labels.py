@@ -23,6 +23,7 @@ GFD_KEYS = tuple(PREFIX + name for name in (
     "gpu.product",
     "gpu.count",
     "gpu.memory",
+    "gpu.clique",
     "gpu.family",
     "gpu.compute.major",
     "gpu.compute.minor",
@@ -147,6 +148,7 @@ def desired_labels(fact, gpu_label_key, mig_strategy="none", refused=None):
     labels[PREFIX + "mig.capable"] = "true" if any("migEnabled" in card for card in cards) else "false"
     labels[PREFIX + "gpu.mode"] = _gpu_mode(cards, fact.get("pci_gpus"))
     labels.update(_gpu_labels(cards))
+    labels.update(_clique_label(cards))
     if mig_strategy == "single":
         labels.update(_single_labels(cards))
     elif mig_strategy == "mixed":
@@ -190,6 +192,23 @@ def _gpu_labels(cards):
         if first.get("family"):
             labels[PREFIX + "gpu.family"] = first["family"]
     return labels
+
+
+NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
+
+
+def _clique_label(cards):
+    """``gpu.clique``, ``<cluster UUID>.<clique ID>`` of the NVLink fabric the GPUs are attached to, as GFD
+    writes it: a GPU is attached once its fabric is completed with a success status and a cluster UUID
+    (a single HGX board has none), and the label is left out when none is, or when the attached ones
+    disagree on the cluster or the clique. It needs the fabric facts (``gather_subset`` fabric)."""
+    attached = {(fabric["clusterUuid"], fabric["cliqueId"]) for fabric in (card.get("fabric") for card in cards)
+                if fabric and fabric["state"] == "completed" and fabric.get("status") == "Success"
+                and fabric["clusterUuid"] != NO_CLUSTER}
+    if len({cluster for cluster, _clique in attached}) != 1 or len({clique for _cluster, clique in attached}) != 1:
+        return {}
+    cluster, clique = attached.pop()
+    return {PREFIX + "gpu.clique": "%s.%d" % (cluster, clique)}
 
 
 def mig_devices(cards):

@@ -114,7 +114,33 @@ def test_a_node_that_lost_its_gpus_loses_every_label_of_ours():
     changes = label_changes(current, desired_labels(BY_SCENARIO["no_gpus"], "gpu/nvidia"), "gpu/nvidia")
     # GFD's one label for a node with no GPU, vgpu.present=false, stays
     assert changes == {key: None for key in LABELS["a100_mig"] if key != "nvidia.com/vgpu.present"}
-    assert set(changes) == set(GFD_KEYS) - {"nvidia.com/vgpu.present", "nvidia.com/mig.strategy"} | {"gpu/nvidia"}
+    assert set(changes) == set(GFD_KEYS) - {"nvidia.com/vgpu.present", "nvidia.com/mig.strategy",
+                                            "nvidia.com/gpu.clique"} | {"gpu/nvidia"}
+
+
+CLUSTER = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
+
+
+def _fabric(state="completed", status="Success", cluster=CLUSTER, clique=4):
+    fabric = {"state": state, "cliqueId": clique, "clusterUuid": cluster}
+    if status:
+        fabric["status"] = status
+    return {"model": "NVIDIA GB200", "fabric": fabric}
+
+
+@pytest.mark.parametrize("cards, clique", [
+    ([_fabric(), _fabric()], CLUSTER + ".4"),
+    ([_fabric(), _fabric(state="in progress", status=None, clique=9), {"model": "NVIDIA GB200"}], CLUSTER + ".4"),
+    ([_fabric(), _fabric(status="Unknown Error", clique=9)], CLUSTER + ".4"),    # a failed GPU is not attached
+    ([_fabric(), _fabric(clique=5)], None),                                     # cliques disagree
+    ([_fabric(), _fabric(cluster="11111111-2222-3333-4444-555555555555")], None),   # clusters disagree
+    ([_fabric(cluster="00000000-0000-0000-0000-000000000000")] * 2, None),      # a single HGX board
+    ([_fabric(state="not started", status=None)], None),
+    ([{"model": "NVIDIA GB200"}], None),                                        # no fabric subset read
+])
+def test_the_clique_label_follows_gfds_rule(cards, clique):
+    labels = desired_labels({"nvml_available": True, "cardList": cards}, "gpu/nvidia")
+    assert labels.get("nvidia.com/gpu.clique") == clique
 
 
 @pytest.mark.parametrize("key, valid", [
