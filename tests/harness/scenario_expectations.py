@@ -93,6 +93,8 @@ def h100_card(i):
         "gpuUtilization": 10 * i,
         "memoryUtilization": 5 * i,
         "powerDraw": 71 + i,
+        "smClock": 345,                # the idle clocks of a real H100
+        "memClock": 2619,
         # what a real H100 answers beside (memory temperature, codecs, energy, PCIe replays), and an HGX
         # board's NVLink: 18 NVLink 4 links per GPU, every one to an NVSwitch, and the fabric trained
         "memoryTemperature": 40 + i % 3,

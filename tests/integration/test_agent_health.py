@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.fabric import FABRIC_NOT_STARTED
+
 from harness.agent import AgentProcess, change_scenario, gpu_condition_of, node_events, node_for
 from harness.control_plane import read_object
 
@@ -92,6 +94,27 @@ def test_an_xid_reaches_the_scv_and_the_node_within_a_second_not_an_interval(age
     # --xid-hold 3: the card counts as healthy again 3 s after the XID, at the next tick (5 s)
     agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 12)
     assert agent.scv()["status"]["cardNumber"] == 8
+
+
+@pytest.mark.parametrize("agent_on_node", [("--counters-interval", "3")], indirect=True)
+def test_a_gpu_whose_nvlink_fabric_stops_is_unhealthy_within_a_counters_interval(agent_on_node):
+    """Fabric Manager stops on an HGX board: the fabric is read every counters interval, not at every tick,
+    and its state reaches the Scv, the Node's condition and an Event; trained again, the GPU is healthy."""
+    agent, plane = agent_on_node, agent_on_node.plane
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 20)
+    assert agent.scv()["status"]["cardList"][3]["health"] == "Healthy"
+    change_scenario(agent, lambda scenario: scenario["devices"][3]["fabric"].update(state=1))
+    took = agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "False", 10)
+    assert took < 3 + 1.5, took
+    message = gpu_condition_of(plane, agent.node)["message"]
+    assert message.startswith("1 of 8 GPUs unhealthy. GPU 3") and "NVLink fabric has not started" in message
+    unhealthy = agent.scv()["status"]["unhealthyCardList"]
+    assert [(card["id"], card["healthReasons"]) for card in unhealthy] == [(3, [FABRIC_NOT_STARTED])]
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy")], 5)
+
+    change_scenario(agent, lambda scenario: scenario["devices"][3]["fabric"].update(state=3))
+    agent.wait_for(lambda: gpu_condition_of(plane, agent.node)["status"] == "True", 10)
+    agent.wait_for(lambda: node_events(plane, agent.node) == [("Warning", "GPUUnhealthy"), ("Normal", "GPUsHealthy")], 5)
 
 
 @pytest.mark.parametrize("agent_on_node", [("--xid-action", "79=none")], indirect=True)

@@ -53,6 +53,20 @@ def test_every_default_counter_of_dcgm_exporter_is_served(agent_on_node):
 
 
 @pytest.mark.parametrize("agent_on_node", [("--counters-interval", "1")], indirect=True)
+def test_an_hgx_h100_node_serves_every_default_counter_a_bare_metal_card_has(agent_on_node):
+    """The shipped h100_sxm_x8 as it stands, NVLink included: all of dcgm-exporter's default counters but the
+    vGPU licence, which only a vGPU guest has."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    agent = agent_on_node
+    agent.wait_for(lambda: 'DCGM_FI_PROF_PCIE_RX_BYTES{' in agent.metrics_text(), 10)
+    families = {family.name: family for family in text_string_to_metric_families(agent.metrics_text())}
+    served = {name for name in DCGM_DEFAULT_COUNTERS if name in families and len(families[name].samples) == 8}
+    assert set(DCGM_DEFAULT_COUNTERS) - served == {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}
+    assert {sample.value for sample in families["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].samples} == {0}
+
+
+@pytest.mark.parametrize("agent_on_node", [("--counters-interval", "1")], indirect=True)
 def test_nvidias_dcgm_dashboard_finds_every_series_it_queries(agent_on_node):
     import re
 
