@@ -10,7 +10,7 @@ mode), and ``"vgpu": 1`` gives its configuration space NVIDIA's vGPU capability.
 A scenario's top-level ``"nvswitches"`` lists the host's NVSwitch chips, written as NVML writes a
 device's PCI identity: ``{"pciBusId": "00000000:05:00.0", "pciDeviceId": 581112030}`` (0x22A310DE: device
 0x22a3 in the high half, NVIDIA's vendor 0x10de in the low). Each becomes an NVIDIA function of class
-0x068000 bound to nvidia-nvswitch; the NVML simulator ignores the key.
+0x068000 bound to nvidia-nvswitch; the NVML simulator makes them the far ends of the GPUs' NVLinks.
 """
 
 from __future__ import annotations
