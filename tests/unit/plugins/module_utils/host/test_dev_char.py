@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -51,6 +52,7 @@ def test_missing_links_are_made_relative_then_all_are_ok(dev):
     assert before == "" and "195:0 -> ../nvidia0\n" in after
     make_links(states)
     assert os.readlink(dev / "char" / "195:0") == "../nvidia0"
+    assert stat.S_IMODE(os.stat(dev / "char").st_mode) == 0o755
     assert os.stat(dev / "char" / "238:1").st_rdev == os.makedev(238, 1)
     again = link_states(str(dev))
     assert {e["state"] for e in again} == {"ok"}
@@ -80,5 +82,13 @@ def test_no_nodes_no_links(tmp_path):
 
 def test_a_folder_in_the_way_is_named(dev):
     (dev / "char" / "195:0").mkdir(parents=True)
-    with pytest.raises(DevCharError, match=r"cannot link .*/char/195:0 to .*/nvidia0: .*; remove what is at"):
+    with pytest.raises(DevCharError, match=r"cannot link .*/char/195:0 to .*/nvidia0: Is a directory; remove what is at"):
         make_links(link_states(str(dev)))
+
+
+def test_a_scratch_link_left_by_an_interrupted_run_is_replaced(dev):
+    (dev / "char").mkdir()
+    (dev / "char" / ".195:0.scv-gpu").symlink_to("../nvidia1")
+    make_links(link_states(str(dev)))
+    assert os.readlink(dev / "char" / "195:0") == "../nvidia0"
+    assert not os.path.lexists(dev / "char" / ".195:0.scv-gpu")

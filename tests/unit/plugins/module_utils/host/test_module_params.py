@@ -228,3 +228,32 @@ def test_sysfs_null_string_is_empty(tmp_path):
     sysfs, procfs = host(tmp_path, sysfs_values={"rm_firmware_active": "(null)"})
     state = options_state({"rm_firmware_active": "all"}, FILE, sysfs, procfs)
     assert state["differ"][0]["running"] == "" and state["problems"] == []
+
+
+def test_a_name_that_is_not_a_string_is_refused():
+    assert check_options({1: 1})["problems"] == ["nvidia_driver_module_params: 1: the name must be a string"]
+
+
+def test_proc_params_strip_only_a_pair_of_quotes(tmp_path):
+    (tmp_path / "driver" / "nvidia").mkdir(parents=True)
+    (tmp_path / "driver" / "nvidia" / "params").write_text('Lone: "\nHalf: "abc\nTail: abc"\nPair: "a"\nBare\n')
+    assert proc_params(str(tmp_path)) == {"Lone": '"', "Half": '"abc', "Tail": 'abc"', "Pair": "a"}
+
+
+def test_no_procfs_no_holders(tmp_path):
+    assert gpu_holders(str(tmp_path / "none")) == []
+
+
+def test_a_process_without_a_command_line_is_named_by_comm(tmp_path):
+    _sysfs, procfs = host(tmp_path, holders={12: (["/usr/bin/dcgm-exporter"], ["/dev/nvidia0"]),
+                                              13: (["/usr/bin/x"], ["/dev/nvidia1"])})
+    (tmp_path / "proc" / "12" / "cmdline").write_text("")
+    (tmp_path / "proc" / "13" / "cmdline").unlink()
+    (tmp_path / "proc" / "13" / "comm").unlink()
+    assert [(h["pid"], h["command"]) for h in gpu_holders(procfs)] == [(12, "dcgm-exporter"), (13, "?")]
+
+
+def test_five_holders_are_all_named(tmp_path):
+    sysfs, procfs = host(tmp_path, holders={pid: (["/bin/app%d" % pid], ["/dev/nvidia0"]) for pid in range(1, 6)})
+    state = options_state({"NVreg_EnableStreamMemOPs": "1"}, FILE, sysfs, procfs)
+    assert "(1 app1, 2 app2, 3 app3, 4 app4, 5 app5), so" in state["pending"]
