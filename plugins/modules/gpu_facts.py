@@ -45,7 +45,7 @@ options:
         H100, so leave C(counters) out where that matters.
       - C(fabric) reads each card's NVLinks and, on Hopper and later, its state in the NVLink fabric that
         NVIDIA Fabric Manager brings up on NVSwitch (HGX) boards. A card whose fabric is not completed is
-        unhealthy: CUDA programs cannot start on it.
+        unhealthy, as CUDA programs cannot start on it.
       - C(mig) reads the MIG mode and, when MIG is enabled, the MIG devices.
       - C(processes) counts the compute processes running on each card.
       - V(all) selects every part, V(min) none; prefix a name with C(!) to leave it out,
