@@ -160,3 +160,18 @@ def test_dev_char_links_check_mode_then_made_then_no_change_then_made_again_afte
     assert recap(run_dev_char(ansible, tmp_path).stdout)["changed"] == 1
     assert os.stat(dev / "char" / "508:0").st_rdev == os.makedev(508, 0)
     assert recap(run_dev_char(ansible, tmp_path).stdout)["changed"] == 0
+
+
+def test_dev_char_links_module_names_what_is_in_the_way(ansible, tmp_path):
+    dev = tmp_path / "dev"
+    make_node(dev / "nvidia0", 195, 0)
+    (dev / "char" / "195:0").mkdir(parents=True)
+    ok, result = ansible.module({"dev": str(dev)}, name="scv.gpu.nvidia_dev_char_links")
+    assert not ok
+    assert result["msg"] == ("cannot link %s/char/195:0 to %s/nvidia0: Is a directory; remove what is at %s/char/195:0, "
+                             "then run again" % (dev, dev, dev))
+    assert result["links"][0]["state"] == "wrong"
+
+    ok, result = ansible.module({"dev": str(tmp_path / "empty")}, name="scv.gpu.nvidia_dev_char_links")
+    assert ok and result["changed"] is False and result["links"] == []
+    assert result["message"].startswith("no NVIDIA device node in ")

@@ -274,3 +274,23 @@ def test_no_options_remove_the_file(ansible, node):
     assert not node.path.exists() and node.initramfs.exists() and node.calls() == []
     again = node.run(ansible, {})
     assert recap(again.stdout)["changed"] == 0
+
+
+def test_the_info_module_reports_the_options_and_refuses_bad_ones(ansible, node):
+    node.hold(4242, "/usr/bin/python3", "/dev/nvidiactl")
+    args = {"sysfs": str(node.sysfs), "procfs": str(node.procfs), "nvml": False,
+            "module_params": {"NVreg_EnableStreamMemOPs": True}, "module_params_file": str(node.path)}
+    ok, result = ansible.module(args, name="scv.gpu.nvidia_driver_info")
+    assert ok and result["changed"] is False, ansible.last_output
+    state = result["module_params"]
+    assert (state["action"], state["loaded"], state["unknown"], state["problems"]) == ("reboot", True, [], [])
+    assert state["holders"] == [{"pid": 4242, "command": "python3", "devices": ["/dev/nvidiactl"]}]
+    assert state["differ"] == [{"name": "NVreg_EnableStreamMemOPs", "wanted": "1", "running": "0",
+                                "source": str(node.procfs / "driver" / "nvidia" / "params")}]
+    assert state["unload"] == ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
+
+    ok, result = ansible.module(dict(args, module_params={"NVreg_X": "a b"}), name="scv.gpu.nvidia_driver_info")
+    assert not ok
+    assert result["msg"].startswith("nvidia_driver_module_params: NVreg_X: 'a b' holds whitespace")
+    assert result["msg"].endswith(". Nothing was read.")
+    assert "module_params" not in ansible.module(dict(args, module_params=None), name="scv.gpu.nvidia_driver_info")[1]
