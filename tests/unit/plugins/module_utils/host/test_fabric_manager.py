@@ -54,6 +54,7 @@ def test_an_nvlink5_board_with_fabric_manager_off_is_the_site_s_own():
     ("Ubuntu", "Debian", "580", "nvidia-fabricmanager-580"),
     ("Debian", "Debian", "535", "nvidia-fabricmanager-535"),
     ("Debian", "Debian", "575", "nvidia-fabricmanager-575"),
+    ("Debian", "Debian", "579", "nvidia-fabricmanager-579"),
     ("Debian", "Debian", "580", "nvidia-fabricmanager"),
     ("RedHat", "RedHat", "570", "nvidia-fabric-manager"),
     ("Rocky", "RedHat", "580", "nvidia-fabricmanager"),
@@ -93,9 +94,12 @@ def test_no_driver_version_no_package():
 
 def test_installed_packages_are_read_without_their_dev_packages_and_with_their_hold():
     lines = ["hi nvidia-fabricmanager-535 535.216.01-1", "ii nvidia-fabricmanager-dev-535 535.216.01-1",
+             "iiR nvidia-fabricmanager-550 550.163.01-1",   # installed, with dpkg's reinstall-required flag
+             "iU nvidia-fabricmanager-570 570.172.08-1",    # unpacked, not installed
              "un nvidia-fabricmanager 580.95.05-1", "ii nvidia-fabric-manager 570.172.08-1", "garbage"]
     assert installed_packages(lines) == [
         {"package": "nvidia-fabricmanager-535", "version": "535.216.01-1", "held": True},
+        {"package": "nvidia-fabricmanager-550", "version": "550.163.01-1", "held": False},
         {"package": "nvidia-fabric-manager", "version": "570.172.08-1", "held": False}]
     assert installed_packages(None) == []
 
