@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.filter.nvidia_driver_reboot import nvidia_driver_reboot
+from ansible_collections.scv.gpu.plugins.filter.nvidia_driver_reboot import FilterModule, nvidia_driver_reboot
+from ansible_collections.scv.gpu.plugins.filter.nvidia_module_options import FilterModule as OptionsFilters
 from ansible_collections.scv.gpu.plugins.filter.nvidia_module_options import nvidia_module_options
 from ansible_collections.scv.gpu.plugins.module_utils.host.module_params import (
     check_options,
@@ -82,6 +83,7 @@ def test_not_a_dict_is_refused():
 
 def test_the_filter_is_check_options():
     assert nvidia_module_options({"NVreg_A": 1}) == check_options({"NVreg_A": 1})
+    assert OptionsFilters().filters() == {"nvidia_module_options": nvidia_module_options}
 
 
 def test_proc_params_parse_numbers_and_quoted_words(tmp_path):
@@ -190,6 +192,8 @@ def test_differing_options_wait_for_a_reboot_while_a_process_holds_a_gpu(tmp_pat
     decision = nvidia_driver_reboot({}, "never", "ssh", pending=[state["pending"]])
     assert not decision["reboot"] and decision["message"].endswith("reboot this host yourself")
     assert nvidia_driver_reboot({}, "auto", "ssh", pending=[])["reasons"] == []
+    assert nvidia_driver_reboot({}, "always", "ssh", pending=[None, ""])["reboot"] is False   # nothing changed
+    assert FilterModule().filters()["nvidia_driver_reboot"] is nvidia_driver_reboot
 
 
 def test_many_holders_are_counted(tmp_path):
