@@ -249,8 +249,8 @@ def test_no_procfs_no_holders(tmp_path):
 
 
 def test_a_process_without_a_command_line_is_named_by_comm(tmp_path):
-    _sysfs, procfs = host(tmp_path, holders={12: (["/usr/bin/dcgm-exporter"], ["/dev/nvidia0"]),
-                                              13: (["/usr/bin/x"], ["/dev/nvidia1"])})
+    holders = {12: (["/usr/bin/dcgm-exporter"], ["/dev/nvidia0"]), 13: (["/usr/bin/x"], ["/dev/nvidia1"])}
+    _sysfs, procfs = host(tmp_path, holders=holders)
     (tmp_path / "proc" / "12" / "cmdline").write_text("")
     (tmp_path / "proc" / "13" / "cmdline").unlink()
     (tmp_path / "proc" / "13" / "comm").unlink()
