@@ -164,11 +164,11 @@ def nvswitches(sysfs="/sys"):
 
 
 def pci_facts(sysfs="/sys"):
-    """The modules' ``pci_gpus``, ``pci_virtual_functions``, ``pci_unreadable`` and ``pci_nvswitches``, and a
-    warning for each unreadable function: (facts, warnings)."""
+    """The modules' ``pci_gpus``, ``pci_virtual_functions`` and ``pci_unreadable``, and a warning for each
+    unreadable function: (facts, warnings)."""
     functions = nvidia_functions(sysfs)
     facts = {"pci_gpus": functions["gpus"], "pci_virtual_functions": functions["virtual_functions"],
-             "pci_unreadable": functions["unreadable"], "pci_nvswitches": nvswitches(sysfs)}
+             "pci_unreadable": functions["unreadable"]}
     warnings = ["PCI function %s%s: %s, so whether it is %s GPU is not known" % (
         function["busId"], " of NVIDIA" if function["vendor"] else "", function["problem"],
         "a" if function["vendor"] else "an NVIDIA") for function in functions["unreadable"]]
