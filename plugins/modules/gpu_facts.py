@@ -182,6 +182,17 @@ ansible_facts:
           elements: dict
           sample: [{"busId": "0000:19:00.0", "vendor": "0x10de",
                     "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
+        pci_nvswitches:
+          description:
+            - The NVSwitch chips of an HGX board on the PCI bus (vendor 0x10de, class 0680), from sysfs, in bus order.
+              C(generation) is C(LR10) (HGX A100), C(LS10) (HGX H100/H200) or null for a device ID the collection's
+              table does not know; C(driver) is the bound kernel driver (C(nvidia-nvswitch)), or null.
+            - A host with NVSwitches needs NVIDIA Fabric Manager before CUDA starts; see the C(fabric) subset for
+              whether it has brought each GPU into the NVLink fabric.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"busId": "0000:05:00.0", "deviceId": "0x22a3", "generation": "LS10", "driver": "nvidia-nvswitch"}]
         driver_version:
           description: The NVIDIA driver's version.
           returned: when NVML is available
@@ -458,7 +469,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import parse_gather_subset
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import HAS_PYNVML, PYNVML_IMPORT_ERROR
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import pci_facts
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvswitches, pci_facts
 
 
 def main():
@@ -483,6 +494,7 @@ def main():
         module.warn("%s could not be read, so it is left out of the facts: NVML answered %s" % (key, reason))
     pci, warnings = pci_facts(module.params["sysfs"])
     fact.update(pci)
+    fact["pci_nvswitches"] = nvswitches(module.params["sysfs"])
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"nvidia_gpu": fact})

@@ -9,16 +9,17 @@ import subprocess
 import pytest
 
 from harness import scenario_expectations as expected
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_functions, nvswitches
 
 
 def without_pci(fact):
-    """The fact less ``pci_gpus``, which must list this host's own bus (empty here, the H100 on a GPU machine)."""
+    """The fact less its PCI lists, which must list this host's own bus (empty here, the H100 on a GPU machine)."""
     fact = dict(fact)
     host = nvidia_functions("/sys")
     assert fact.pop("pci_gpus") == host["gpus"]
     assert fact.pop("pci_virtual_functions") == host["virtual_functions"]
     assert fact.pop("pci_unreadable") == host["unreadable"]
+    assert fact.pop("pci_nvswitches") == nvswitches("/sys")
     return fact
 
 

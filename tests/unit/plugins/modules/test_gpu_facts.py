@@ -9,8 +9,10 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.modules import gpu_facts
 
+from harness import pci_sysfs
 from harness import scenario_expectations as expected
 from harness.in_process import run_module
+from harness.paths import scenario_path
 from harness.pci_sysfs import add_function as add_pci_function
 
 
@@ -18,7 +20,8 @@ TITAN_XP_PCI = [{"busId": "0000:01:00.0", "deviceId": "0x1b02", "class": "0x0300
                  "driver": "nvidia", "vgpu": False}]
 
 
-TITAN_XP_FACT = dict(expected.TITAN_XP, pci_gpus=TITAN_XP_PCI, pci_virtual_functions=[], pci_unreadable=[])
+TITAN_XP_FACT = dict(expected.TITAN_XP, pci_gpus=TITAN_XP_PCI, pci_virtual_functions=[], pci_unreadable=[],
+                     pci_nvswitches=[])
 
 
 @pytest.fixture
@@ -65,6 +68,17 @@ def test_virtual_functions_are_apart_and_an_unreadable_function_is_named_with_a_
                                               "driver": "nvidia"}]
     assert [function["busId"] for function in fact["pci_unreadable"]] == ["0000:02:00.0"]
     # the warning: tests/integration/test_gpu_facts.py, through ansible itself
+
+
+def test_an_hgx_board_lists_its_nvswitches_and_each_gpus_fabric(nvml_simulator, capsys, tmp_path):
+    nvml_simulator.use("h100_sxm_x8")
+    pci_sysfs.build(json.loads(scenario_path("h100_sxm_x8").read_text()), str(tmp_path))
+    code, result = run_module(capsys, gpu_facts, {"sysfs": str(tmp_path), "gather_subset": ["fabric"]})
+    fact = result["ansible_facts"]["nvidia_gpu"]
+    assert code == 0 and len(fact["pci_gpus"]) == 8
+    assert fact["pci_nvswitches"] == [{"busId": "0000:%02x:00.0" % bus, "deviceId": "0x22a3", "generation": "LS10",
+                                       "driver": "nvidia-nvswitch"} for bus in (5, 6, 7, 8)]
+    assert {card["fabric"]["state"] for card in fact["cardList"]} == {"completed"}
 
 
 def test_unknown_gather_subset_fails_before_touching_nvml(nvml_simulator, capsys):
