@@ -34,7 +34,13 @@ def nvidia_driver_fabric_manager_packages(facts, driver_version, fabric_manager_
         raise AnsibleFilterError(str(error)) from None
 
 
+def nvidia_driver_fabric_manager_unavailable(madison_lines, distribution, install):
+    """Why apt cannot install Fabric Manager's ``install`` spec, from ``apt-cache madison``'s lines; '' when it can."""
+    return fabric_manager.availability_problem(distribution, install, madison_lines) or ""
+
+
 class FilterModule:
     def filters(self):
         return {"nvidia_driver_fabric_manager": nvidia_driver_fabric_manager,
-                "nvidia_driver_fabric_manager_packages": nvidia_driver_fabric_manager_packages}
+                "nvidia_driver_fabric_manager_packages": nvidia_driver_fabric_manager_packages,
+                "nvidia_driver_fabric_manager_unavailable": nvidia_driver_fabric_manager_unavailable}

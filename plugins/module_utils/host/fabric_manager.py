@@ -14,6 +14,7 @@ are decided here, before anything changes, so that each choice can be tested wit
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanError, same_version, upstream_version
@@ -52,6 +53,32 @@ def package_name(distribution, os_family, branch):
         return "nvidia-fabricmanager" if branch >= UNBRANCHED_FROM else "nvidia-fabric-manager"
     raise PlanError("Fabric Manager is packaged for Debian, Ubuntu and the RHEL family, not %s (%s)"
                     % (distribution, os_family))
+
+
+# Where each distribution's Fabric Manager comes from, for the message when a host's sources lack it.
+SOURCES = {
+    "Ubuntu": "Ubuntu's multiverse component (enable it in the host's apt sources)",
+    "Debian": "NVIDIA's CUDA repository for Debian (Debian's archive has none: add "
+              "https://developer.download.nvidia.com/compute/cuda/repos/debian<release>/<arch>/, or a mirror of it)",
+}
+
+
+def availability_problem(distribution, install, madison_lines):
+    """Why apt cannot install ``install`` ('name=version-pattern'), from ``apt-cache madison name``'s lines
+    ('name | version | source'); None when a version it offers matches."""
+    name, _sep, pattern = install.partition("=")
+    offered = []
+    for line in madison_lines or []:
+        fields = [part.strip() for part in line.split("|")]
+        if len(fields) >= 3 and fields[0] == name and fields[1] not in offered:
+            offered.append(fields[1])
+    if any(fnmatch.fnmatchcase(version, pattern) for version in offered):
+        return None
+    return ("%s %s is not in this host's apt sources (%s). Fabric Manager must be the driver's exact version, so "
+            "the driver is not changed without it: it comes from %s. Add it, or set nvidia_driver_fabric_manager: "
+            "false. No package has been changed." % (
+                name, pattern, "they offer %s" % ", ".join(offered) if offered else "they offer no version of it",
+                SOURCES.get(distribution, "the distribution's repositories")))
 
 
 def installed_packages(lines):

@@ -6,6 +6,7 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanError
 from ansible_collections.scv.gpu.plugins.module_utils.host.fabric_manager import (
+    availability_problem,
     decide,
     installed_packages,
     package_name,
@@ -147,3 +148,30 @@ def test_an_installed_fabric_manager_at_the_driver_s_version_or_with_no_pin_is_l
     installed = ["ii nvidia-fabricmanager-535 535.247.01-1"]
     assert plan("Debian", "Debian", "false", [], [], "535.247.01-1", "", installed)["installed"][0]["held"] is False
     assert plan("Debian", "Debian", "false", [], [], "", "", ["hi nvidia-fabricmanager-535 535.216.01-1"])
+
+
+MADISON = [" nvidia-fabricmanager-535 | 535.247.01-1 | file:/srv/driver-repo bookworm/non-free amd64 Packages",
+           " nvidia-fabricmanager-535 | 535.216.01-1 | file:/srv/driver-repo bookworm/non-free amd64 Packages",
+           " nvidia-fabricmanager-535 | 535.216.01-1 | http://mirror.example bookworm/non-free amd64 Packages"]
+
+
+@pytest.mark.parametrize("install", ["nvidia-fabricmanager-535=535.216.01-*", "nvidia-fabricmanager-535=535.247.01-1"])
+def test_a_version_the_sources_offer_is_installable(install):
+    assert availability_problem("Debian", install, MADISON) is None
+
+
+def test_a_version_the_sources_lack_is_refused_saying_where_it_comes_from():
+    cut_short = ["nvidia-fabricmanager-535 | 535.261.03-1"]    # no source column: not an offer
+    assert availability_problem("Debian", "nvidia-fabricmanager-535=535.261.03-*", MADISON + cut_short) == (
+        "nvidia-fabricmanager-535 535.261.03-* is not in this host's apt sources (they offer 535.247.01-1, "
+        "535.216.01-1). Fabric Manager must be the driver's exact version, so the driver is not changed without it: "
+        "it comes from NVIDIA's CUDA repository for Debian (Debian's archive has none: add "
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian<release>/<arch>/, or a mirror of it). Add it, "
+        "or set nvidia_driver_fabric_manager: false. No package has been changed.")
+
+
+def test_a_package_the_sources_lack_entirely_is_refused():
+    message = availability_problem("Ubuntu", "nvidia-fabricmanager-580=580.95.05-*",
+                                   ["nvidia-fabricmanager-5800 | 580.95.05-1 | elsewhere", "garbage"])
+    assert "(they offer no version of it)" in message and "Ubuntu's multiverse component" in message
+    assert "the distribution's repositories" in availability_problem("Rocky", "x=1", [])
