@@ -183,12 +183,8 @@ ansible_facts:
           sample: [{"busId": "0000:19:00.0", "vendor": "0x10de",
                     "problem": "cannot read /sys/bus/pci/devices/0000:19:00.0/class"}]
         pci_nvswitches:
-          description:
-            - The NVSwitch chips of an HGX board on the PCI bus (vendor 0x10de, class 0680), from sysfs, in bus order.
-              C(generation) is C(LR10) (HGX A100), C(LS10) (HGX H100/H200) or null for a device ID the collection's
-              table does not know; C(driver) is the bound kernel driver (C(nvidia-nvswitch)), or null.
-            - A host with NVSwitches needs NVIDIA Fabric Manager before CUDA starts; see the C(fabric) subset for
-              whether it has brought each GPU into the NVLink fabric.
+          description: The NVSwitch chips of an HGX board on the PCI bus (vendor 0x10de, class 0680), as
+            M(scv.gpu.nvidia_driver_info) returns them; the C(fabric) subset tells each GPU's place in their fabric.
           returned: always
           type: list
           elements: dict
