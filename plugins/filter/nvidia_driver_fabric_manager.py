@@ -34,13 +34,29 @@ def nvidia_driver_fabric_manager_packages(facts, driver_version, fabric_manager_
         raise AnsibleFilterError(str(error)) from None
 
 
-def nvidia_driver_fabric_manager_unavailable(madison_lines, distribution, install):
-    """Why apt cannot install Fabric Manager's ``install`` spec, from ``apt-cache madison``'s lines; '' when it can."""
+def nvidia_driver_fabric_manager_unavailable(madison_lines, distribution, install, driver_package="", policy_lines=None):
+    """Why apt cannot install Fabric Manager's ``install`` spec, from ``apt-cache madison``'s lines; '' when it can.
+
+    With ``policy_lines`` (``apt-cache policy driver_package``, for an unpinned driver), ``install`` is the
+    Fabric Manager of the driver apt would install, and the answer names that driver too.
+    """
+    if policy_lines is not None:
+        return fabric_manager.candidate_problem(distribution, driver_package, policy_lines, install, madison_lines) or ""
     return fabric_manager.availability_problem(distribution, install, madison_lines) or ""
+
+
+def nvidia_driver_fabric_manager_candidate(policy_lines, facts, fabric_manager_version=""):
+    """The Fabric Manager install spec for the driver ``apt-cache policy``'s lines name as the candidate;
+    '' when apt names none (the driver's own install then says why)."""
+    candidate, _versions = fabric_manager.apt_candidate(policy_lines)
+    if not candidate:
+        return ""
+    return nvidia_driver_fabric_manager_packages(facts, candidate, fabric_manager_version)["install"]
 
 
 class FilterModule:
     def filters(self):
         return {"nvidia_driver_fabric_manager": nvidia_driver_fabric_manager,
                 "nvidia_driver_fabric_manager_packages": nvidia_driver_fabric_manager_packages,
-                "nvidia_driver_fabric_manager_unavailable": nvidia_driver_fabric_manager_unavailable}
+                "nvidia_driver_fabric_manager_unavailable": nvidia_driver_fabric_manager_unavailable,
+                "nvidia_driver_fabric_manager_candidate": nvidia_driver_fabric_manager_candidate}

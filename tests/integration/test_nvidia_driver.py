@@ -9,6 +9,7 @@ through ctypes. The cordon, drain and uncordon run in test_driver_rollout.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -306,3 +307,75 @@ def test_an_unknown_fabric_manager_setting_is_refused(ansible, tmp_path, sysfs):
     done = plan_on(ansible, tmp_path, sysfs, nvidia_driver_fabric_manager="sometimes")
     assert done.returncode != 0
     assert "nvidia_driver_fabric_manager" in done.stdout and "auto, true, false" in done.stdout
+
+
+OFFERED_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Plan the install
+      ansible.builtin.include_role:
+        name: scv.gpu.nvidia_driver
+        tasks_from: plan
+    - name: Ask the sources for Fabric Manager at the driver's version
+      ansible.builtin.include_role:
+        name: scv.gpu.nvidia_driver
+        tasks_from: fabric-manager-offered-apt
+      vars:
+        apt_source_ready: true
+"""
+
+# A stand-in apt-cache: the sources offer the driver at 535.261.03-1 (the candidate) and 535.247.01-1,
+# and Fabric Manager at the versions in $SCV_TEST_FABRIC_MANAGER.
+APT_CACHE = """#!/bin/sh
+case "$1" in
+  policy) printf '%s:\\n  Installed: (none)\\n  Candidate: 535.261.03-1\\n  Version table:\\n' "$2"
+          printf '     535.261.03-1 500\\n        500 http://mirror.example bookworm/non-free amd64 Packages\\n'
+          printf '     535.247.01-1 500\\n        500 http://mirror.example bookworm/non-free amd64 Packages\\n' ;;
+  madison) for version in $SCV_TEST_FABRIC_MANAGER; do
+             printf ' %s | %s | http://mirror.example bookworm/non-free amd64 Packages\\n' "$2" "$version"
+           done ;;
+  *) exit 100 ;;
+esac
+"""
+
+
+def offered_on(ansible, tmp_path, sysfs, monkeypatch, fabric_manager_offered, *extra, **settings):
+    """plan.yml, then the check that the sources offer Fabric Manager, against a stand-in apt-cache."""
+    hgx_h100(sysfs)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apt-cache").write_text(APT_CACHE)
+    (bin_dir / "apt-cache").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
+    monkeypatch.setenv("SCV_TEST_FABRIC_MANAGER", " ".join(fabric_manager_offered))
+    play = tmp_path / "offered.yml"
+    play.write_text(OFFERED_PLAY)
+    settings.setdefault("nvidia_driver_sysfs", str(sysfs))
+    return ansible.playbook(play, None, "-e", json.dumps(settings), *extra)
+
+
+@pytest.mark.parametrize("check", [[], ["--check"]])
+def test_an_unpinned_driver_whose_fabric_manager_the_sources_lack_is_refused_before_anything_changes(
+        ansible, tmp_path, sysfs, monkeypatch, check):
+    done = offered_on(ansible, tmp_path, sysfs, monkeypatch, ["535.247.01-1"], *check)
+    assert done.returncode != 0, done.stdout
+    assert ("nvidia_driver_version is empty, so apt would install the branch's newest driver, nvidia-driver "
+            "535.261.03-1, but this host's apt sources offer nvidia-fabricmanager-535 only at 535.247.01-1, not "
+            "nvidia-fabricmanager-535 535.261.03") in done.stdout
+    assert "Set nvidia_driver_version to a driver version the sources offer Fabric Manager at too (535.247.01-1)" in done.stdout
+    assert "No package has been changed." in done.stdout
+    assert recap(done.stdout)["changed"] == 0
+
+
+def test_an_unpinned_driver_whose_fabric_manager_the_sources_offer_goes_ahead(ansible, tmp_path, sysfs, monkeypatch):
+    done = offered_on(ansible, tmp_path, sysfs, monkeypatch, ["535.261.03-1", "535.247.01-1"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Check that the sources offer Fabric Manager at the driver's version" in done.stdout
+    assert recap(done.stdout)["failed"] == 0
+
+
+def test_a_pinned_driver_s_fabric_manager_is_still_asked_by_its_own_version(ansible, tmp_path, sysfs, monkeypatch):
+    done = offered_on(ansible, tmp_path, sysfs, monkeypatch, ["535.261.03-1"], nvidia_driver_version="535.247.01-1")
+    assert done.returncode != 0, done.stdout
+    assert "nvidia-fabricmanager-535 535.247.01-* is not in this host's apt sources (they offer 535.261.03-1)" in done.stdout

@@ -67,17 +67,61 @@ def availability_problem(distribution, install, madison_lines):
     """Why apt cannot install ``install`` ('name=version-pattern'), from ``apt-cache madison name``'s lines
     ('name | version | source'); None when a version it offers matches."""
     name, _sep, pattern = install.partition("=")
-    offered = []
-    for line in madison_lines or []:
-        fields = [part.strip() for part in line.split("|")]
-        if len(fields) >= 3 and fields[0] == name and fields[1] not in offered:
-            offered.append(fields[1])
+    offered = _offered(name, madison_lines)
     if any(fnmatch.fnmatchcase(version, pattern) for version in offered):
         return None
     return ("%s %s is not in this host's apt sources (%s). Fabric Manager must be the driver's exact version, so "
             "the driver is not changed without it: it comes from %s. Add it, or set nvidia_driver_fabric_manager: "
             "false. No package has been changed." % (
                 name, pattern, "they offer %s" % ", ".join(offered) if offered else "they offer no version of it",
+                SOURCES.get(distribution, "the distribution's repositories")))
+
+
+def _offered(name, madison_lines):
+    """The versions of ``name`` that ``apt-cache madison``'s lines ('name | version | source') offer, in their order."""
+    offered = []
+    for line in madison_lines or []:
+        fields = [part.strip() for part in line.split("|")]
+        if len(fields) >= 3 and fields[0] == name and fields[1] not in offered:
+            offered.append(fields[1])
+    return offered
+
+
+_POLICY_VERSION = re.compile(r"^\s+(?:\*\*\*\s+)?(\S+)\s+-?\d+$")
+
+
+def apt_candidate(policy_lines):
+    """From ``apt-cache policy <package>``'s lines: (the candidate apt would install, or '' when it names none;
+    the versions its table lists)."""
+    candidate, versions = "", []
+    for line in policy_lines or []:
+        if line.strip().startswith("Candidate:"):
+            candidate = line.split(":", 1)[1].strip()
+        match = _POLICY_VERSION.match(line)
+        if match:    # each version once: its sources follow it on lines of their own
+            versions.append(match.group(1))
+    return ("" if candidate == "(none)" else candidate), versions
+
+
+def candidate_problem(distribution, driver_package, policy_lines, install, madison_lines):
+    """Why the unpinned driver apt would install (``apt-cache policy driver_package``'s candidate) cannot have
+    Fabric Manager ``install`` ('name=<upstream>-*', from packages()) beside it; None when the sources offer it."""
+    candidate, driver_versions = apt_candidate(policy_lines)
+    name, _sep, pattern = install.partition("=")
+    offered = _offered(name, madison_lines)
+    if not candidate or any(fnmatch.fnmatchcase(version, pattern) for version in offered):
+        return None
+    both = [version for version in driver_versions
+            if any(same_version(version, fabric_manager) for fabric_manager in offered)]
+    return ("nvidia_driver_version is empty, so apt would install the branch's newest driver, %s %s, but this "
+            "host's apt sources offer %s, not %s %s, and Fabric Manager starts only at the driver's exact "
+            "version, so the driver is not changed without it. Set nvidia_driver_version to a driver version the "
+            "sources offer Fabric Manager at too (%s), add %s %s from %s, or set nvidia_driver_fabric_manager: "
+            "false. No package has been changed." % (
+                driver_package, candidate,
+                "%s only at %s" % (name, ", ".join(offered)) if offered else "no version of %s" % name,
+                name, upstream_version(candidate),
+                ", ".join(both) if both else "they offer none now", name, upstream_version(candidate),
                 SOURCES.get(distribution, "the distribution's repositories")))
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanError
+from ansible_collections.scv.gpu.plugins.filter import nvidia_driver_fabric_manager as filters
 from ansible_collections.scv.gpu.plugins.module_utils.host.fabric_manager import (
+    apt_candidate,
     availability_problem,
+    candidate_problem,
     decide,
     installed_packages,
     package_name,
@@ -175,3 +178,64 @@ def test_a_package_the_sources_lack_entirely_is_refused():
                                    ["nvidia-fabricmanager-5800 | 580.95.05-1 | elsewhere", "garbage"])
     assert "(they offer no version of it)" in message and "Ubuntu's multiverse component" in message
     assert "the distribution's repositories" in availability_problem("Rocky", "x=1", [])
+
+
+POLICY = ["nvidia-driver:",
+          "  Installed: 535.216.01-1",
+          "  Candidate: 535.261.03-1",
+          "  Version table:",
+          "     535.261.03-1 500",
+          "        500 http://mirror.example bookworm/non-free amd64 Packages",
+          "     535.247.01-1 500",
+          "        500 file:/srv/driver-repo bookworm/non-free amd64 Packages",
+          " *** 535.216.01-1 500",
+          "        500 file:/srv/driver-repo bookworm/non-free amd64 Packages",
+          "        100 /var/lib/dpkg/status"]
+
+
+def test_apt_s_candidate_and_version_table_are_read_from_its_policy():
+    assert apt_candidate(POLICY) == ("535.261.03-1", ["535.261.03-1", "535.247.01-1", "535.216.01-1"])
+    assert apt_candidate(["nvidia-driver:", "  Installed: (none)", "  Candidate: (none)", "  Version table:"]) == ("", [])
+    assert apt_candidate(None) == ("", [])
+    assert apt_candidate(["  Candidate: 1:535.261.03-1", " *** 1:535.261.03-1 990"]) == ("1:535.261.03-1", ["1:535.261.03-1"])
+
+
+def test_an_unpinned_driver_whose_fabric_manager_the_sources_lack_is_refused_naming_both():
+    assert candidate_problem("Debian", "nvidia-driver", POLICY, "nvidia-fabricmanager-535=535.261.03-*", MADISON) == (
+        "nvidia_driver_version is empty, so apt would install the branch's newest driver, nvidia-driver 535.261.03-1, "
+        "but this host's apt sources offer nvidia-fabricmanager-535 only at 535.247.01-1, 535.216.01-1, not "
+        "nvidia-fabricmanager-535 535.261.03, and Fabric Manager starts only at the driver's exact version, so the "
+        "driver is not changed without it. Set nvidia_driver_version to a driver version the sources offer Fabric "
+        "Manager at too (535.247.01-1, 535.216.01-1), add nvidia-fabricmanager-535 535.261.03 from NVIDIA's CUDA "
+        "repository for Debian (Debian's archive has none: add "
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian<release>/<arch>/, or a mirror of it), or set "
+        "nvidia_driver_fabric_manager: false. No package has been changed.")
+
+
+def test_an_unpinned_driver_with_no_fabric_manager_in_the_sources_is_refused():
+    message = candidate_problem("Ubuntu", "nvidia-driver-535", POLICY, "nvidia-fabricmanager-535=535.261.03-*", [])
+    assert "offer no version of nvidia-fabricmanager-535, not" in message
+    assert "Fabric Manager at too (they offer none now)" in message and "Ubuntu's multiverse component" in message
+
+
+def test_an_unpinned_driver_whose_fabric_manager_is_offered_or_with_no_candidate_passes():
+    offered = MADISON + [" nvidia-fabricmanager-535 | 535.261.03-2 | http://mirror.example bookworm/non-free amd64"]
+    assert candidate_problem("Debian", "nvidia-driver", POLICY, "nvidia-fabricmanager-535=535.261.03-*", offered) is None
+    # apt names no candidate: the driver's own install says why, so no Fabric Manager is asked for
+    assert candidate_problem("Debian", "nvidia-driver", POLICY[:2] + ["  Candidate: (none)"],
+                             "nvidia-fabricmanager-535=535.261.03-*", []) is None
+
+
+def test_the_filters_name_the_candidate_s_fabric_manager_and_the_refusal():
+    facts = {"distribution": "Debian", "os_family": "Debian"}
+    assert filters.nvidia_driver_fabric_manager_candidate(POLICY, facts) == "nvidia-fabricmanager-535=535.261.03-*"
+    assert filters.nvidia_driver_fabric_manager_candidate(["  Candidate: (none)"], facts) == ""
+    install = "nvidia-fabricmanager-535=535.261.03-*"
+    refusal = filters.nvidia_driver_fabric_manager_unavailable(MADISON, "Debian", install, "nvidia-driver", POLICY)
+    assert refusal.startswith("nvidia_driver_version is empty, so apt would install")
+    assert filters.nvidia_driver_fabric_manager_unavailable(MADISON, "Debian", install).startswith(
+        "nvidia-fabricmanager-535 535.261.03-* is not in this host's apt sources")
+    assert filters.nvidia_driver_fabric_manager_unavailable(MADISON, "Debian", "nvidia-fabricmanager-535=535.216.01-*",
+                                                            "nvidia-driver", POLICY) == ""
+    table = filters.FilterModule().filters()
+    assert table["nvidia_driver_fabric_manager_candidate"] is filters.nvidia_driver_fabric_manager_candidate
