@@ -1,6 +1,9 @@
-"""The small helpers the rest of the harness, the tests and the benchmarks share: waiting, a free port."""
+"""The small helpers the rest of the harness, the tests and the benchmarks share: waiting, a free port, a JSON
+file replaced whole."""
 
 from __future__ import annotations
+
+import json
 
 import socket
 import time
@@ -34,3 +37,11 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def replace_json(path, data):
+    """Writes ``data`` as JSON to ``path`` through a rename, as a reader that may look at any moment
+    (the NVML simulator re-reading its scenario) needs: it sees the old file or the new, never half."""
+    staged = path.with_suffix(".new")
+    staged.write_text(json.dumps(data))
+    staged.rename(path)

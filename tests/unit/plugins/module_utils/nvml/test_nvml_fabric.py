@@ -3,8 +3,6 @@ and when a long-lived session asks them again."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.nvml import fabric as fabric_module
@@ -15,47 +13,12 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.fabric import (
     FABRIC_NOT_STARTED,
     FABRIC_UNHEALTHY,
 )
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
 
-from harness.paths import scenario_path
+from harness.common import replace_json as write
 
 TRAINED = {"state": "completed", "status": "Success", "cliqueId": 0,
            "clusterUuid": "00000000-0000-0000-0000-000000000000", "healthSummary": "healthy"}
 HGX_H100_LINKS = {"links": 18, "activeLinks": 18, "switchLinks": 18, "speedMBps": 26562, "version": "4.0"}
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-def write(path, scenario):
-    staged = path.with_suffix(".new")
-    staged.write_text(json.dumps(scenario))
-    staged.rename(path)
-
-
-@pytest.fixture
-def scenario_file(tmp_path, nvml_simulator):
-    def make(name):
-        path = tmp_path / ("%s.json" % name)
-        data = json.loads(scenario_path(name).read_text())
-        write(path, data)
-        nvml_simulator.use(path)
-        return path, data
-    return make
-
-
-@pytest.fixture
-def session():
-    clock = Clock()
-    started = Session(clock=clock, counters_interval_s=30.0)
-    started.clock_control = clock
-    yield started
-    started.close()
 
 
 def test_an_hgx_h100_board_has_its_links_to_the_nvswitches_and_a_trained_fabric(nvml_simulator):

@@ -21,10 +21,11 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
     pynvml,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import SYSTEM_CHECK_S, Session
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import SYSTEM_CHECK_S
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
 
 from harness import scenario_expectations as expected
+from harness.common import replace_json as write
 from harness.paths import scenario_path
 
 ALL = list(GATHER_SUBSETS)
@@ -33,41 +34,6 @@ ALL = list(GATHER_SUBSETS)
 STATIC_CALLS = ("nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetEccMode",
                 "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetName",
                 "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetPciInfo_v3", "nvmlInitWithFlags")
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-def write(path, scenario):
-    staged = path.with_suffix(".new")
-    staged.write_text(json.dumps(scenario))
-    staged.rename(path)
-
-
-@pytest.fixture
-def scenario_file(tmp_path, nvml_simulator):
-    """A copy of a shipped scenario that a test may change; returns (path, data)."""
-    def make(name):
-        path = tmp_path / ("%s.json" % name)
-        data = json.loads(scenario_path(name).read_text())
-        write(path, data)
-        nvml_simulator.use(path)
-        return path, data
-    return make
-
-
-@pytest.fixture
-def session():
-    clock = Clock()
-    started = Session(clock=clock)
-    started.clock_control = clock
-    yield started
-    started.close()
 
 
 @pytest.mark.parametrize("scenario", sorted(expected.BY_SCENARIO))
