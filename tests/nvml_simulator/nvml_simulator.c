@@ -963,27 +963,22 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsig
     SIM_RETURN(sim_copy_string(dev.mig ? dev.mig : dev.gpu, "uuid", uuid, length));
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+/* Fills `pci` from a GPU's or an NVSwitch's "pciBusId", "pciDeviceId" and "pciSubSystemId". */
+static nvmlReturn_t sim_fill_pci(const jval *obj, nvmlPciInfo_t *pci)
 {
-    const jval *bus_id;
+    const jval *bus_id = j_get(obj, "pciBusId");
     unsigned int domain = 0, bus = 0, slot = 0, function = 0;
     long long device_id = 0, subsystem_id = 0;
 
-    SIM_DEVICE_CALL(device, dev);
-    if (!pci)
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    if (dev.mig)
-        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
-    bus_id = j_get(dev.gpu, "pciBusId");
     if (!bus_id || bus_id->type != J_STR)
-        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return NVML_ERROR_NOT_SUPPORTED;
     if (sscanf(bus_id->str, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4 ||
         strlen(bus_id->str) >= NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE) {
         fprintf(stderr, "nvml-simulator: pciBusId \"%s\" is not DDDDDDDD:BB:DD.F\n", bus_id->str);
-        SIM_RETURN(NVML_ERROR_UNKNOWN);
+        return NVML_ERROR_UNKNOWN;
     }
-    sim_number(dev.gpu, "pciDeviceId", &device_id);
-    sim_number(dev.gpu, "pciSubSystemId", &subsystem_id);
+    sim_number(obj, "pciDeviceId", &device_id);
+    sim_number(obj, "pciSubSystemId", &subsystem_id);
     memset(pci, 0, sizeof(*pci));
     snprintf(pci->busId, sizeof(pci->busId), "%s", bus_id->str);
     snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT,
@@ -993,7 +988,17 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo
     pci->device = slot;
     pci->pciDeviceId = (unsigned int)device_id;
     pci->pciSubSystemId = (unsigned int)subsystem_id;
-    SIM_RETURN(NVML_SUCCESS);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!pci)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (dev.mig)
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    SIM_RETURN(sim_fill_pci(dev.gpu, pci));
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
@@ -2646,33 +2651,30 @@ static int sim_switch_tray(const jval *nvlink)
     return sim_number(nvlink, "switchTray", &tray) && tray;
 }
 
+/* The preamble of a per-link call: the device, its "nvlink" (else NOT_SUPPORTED), the link within it (else
+ * INVALID_ARGUMENT) and a non-NULL output. */
+#define SIM_NVLINK_CALL(handle, link, out, dev, nvlink)                       \
+    const jval *nvlink;                                                       \
+    nvmlReturn_t sim_link_rc_;                                                \
+    SIM_DEVICE_CALL(handle, dev);                                             \
+    nvlink = sim_nvlink(&dev, (link), &sim_link_rc_);                         \
+    if (!nvlink)                                                              \
+        SIM_RETURN(sim_link_rc_);                                             \
+    if (!(out))                                                               \
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT)
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
 {
-    const jval *nvlink;
-    nvmlReturn_t rc;
-
-    SIM_DEVICE_CALL(device, dev);
-    nvlink = sim_nvlink(&dev, link, &rc);
-    if (!nvlink)
-        SIM_RETURN(rc);
-    if (!isActive)
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_NVLINK_CALL(device, link, isActive, dev, nvlink);
     *isActive = sim_link_down(nvlink, link) ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
     SIM_RETURN(NVML_SUCCESS);
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
 {
-    const jval *nvlink;
-    nvmlReturn_t rc;
     long long value = 0;
 
-    SIM_DEVICE_CALL(device, dev);
-    nvlink = sim_nvlink(&dev, link, &rc);
-    if (!nvlink)
-        SIM_RETURN(rc);
-    if (!version)
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_NVLINK_CALL(device, link, version, dev, nvlink);
     if (!sim_number(nvlink, "version", &value))
         SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
     *version = (unsigned int)value;
@@ -2682,15 +2684,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
                                                             nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType)
 {
-    const jval *nvlink;
-    nvmlReturn_t rc;
-
-    SIM_DEVICE_CALL(device, dev);
-    nvlink = sim_nvlink(&dev, link, &rc);
-    if (!nvlink)
-        SIM_RETURN(rc);
-    if (!pNvLinkDeviceType)
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_NVLINK_CALL(device, link, pNvLinkDeviceType, dev, nvlink);
     *pNvLinkDeviceType = sim_link_switch(nvlink, link) || sim_switch_tray(nvlink) ? NVML_NVLINK_DEVICE_TYPE_SWITCH
                                                                                   : NVML_NVLINK_DEVICE_TYPE_GPU;
     SIM_RETURN(NVML_SUCCESS);
@@ -2698,38 +2692,16 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device,
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
-    const jval *nvlink, *remote, *bus_id;
-    unsigned int domain = 0, bus = 0, slot = 0, function = 0;
-    long long device_id = 0;
-    nvmlReturn_t rc;
+    const jval *remote;
 
-    SIM_DEVICE_CALL(device, dev);
-    nvlink = sim_nvlink(&dev, link, &rc);
-    if (!nvlink)
-        SIM_RETURN(rc);
-    if (!pci)
-        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    SIM_NVLINK_CALL(device, link, pci, dev, nvlink);
     remote = sim_link_switch(nvlink, link);
     if (!remote && sim_switch_tray(nvlink))
         SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
     if (!remote)   /* no switches: the links go round the other GPUs */
         remote = sim_devices[(dev.index + 1 + link % (sim_device_count > 1 ? sim_device_count - 1 : 1))
                              % sim_device_count];
-    bus_id = j_get(remote, "pciBusId");
-    if (!bus_id || bus_id->type != J_STR ||
-        sscanf(bus_id->str, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4 ||
-        strlen(bus_id->str) >= NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE)
-        SIM_RETURN(NVML_ERROR_UNKNOWN);
-    sim_number(remote, "pciDeviceId", &device_id);
-    memset(pci, 0, sizeof(*pci));
-    snprintf(pci->busId, sizeof(pci->busId), "%s", bus_id->str);
-    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT,
-             domain & 0xffffu, bus, slot);
-    pci->domain = domain;
-    pci->bus = bus;
-    pci->device = slot;
-    pci->pciDeviceId = (unsigned int)device_id;
-    SIM_RETURN(NVML_SUCCESS);
+    SIM_RETURN(sim_fill_pci(remote, pci));
 }
 
 /* ---------------------------------------------------------- GPU fabric */

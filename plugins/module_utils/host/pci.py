@@ -74,6 +74,16 @@ def _hex(text):
         return None
 
 
+def _pci_entries(sysfs):
+    """(address, path) of every entry of the PCI bus in sysfs, in bus order; none when the tree cannot be read."""
+    root = os.path.join(sysfs, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [(name, os.path.join(root, name)) for name in names]
+
+
 def nvidia_functions(sysfs="/sys"):
     """Every NVIDIA GPU function on the PCI bus, sorted into three lists (each in bus order):
 
@@ -91,13 +101,7 @@ def nvidia_functions(sysfs="/sys"):
     An unreadable or absent tree gives empty lists: a host without PCI has no GPUs on it.
     """
     found = {"gpus": [], "virtual_functions": [], "unreadable": []}
-    root = os.path.join(sysfs, "bus", "pci", "devices")
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return found
-    for name in names:
-        path = os.path.join(root, name)
+    for name, path in _pci_entries(sysfs):
         if os.path.islink(path) and not os.path.exists(path):
             found["unreadable"].append({"busId": name, "vendor": None,
                                         "problem": "%s is a broken link, so even its vendor cannot be read" % path})
@@ -139,13 +143,7 @@ def nvswitches(sysfs="/sys"):
     (``nvidia_functions`` reports those as unreadable).
     """
     found = []
-    root = os.path.join(sysfs, "bus", "pci", "devices")
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return found
-    for name in names:
-        path = os.path.join(root, name)
+    for name, path in _pci_entries(sysfs):
         if _hex(_read(os.path.join(path, "vendor"))) != NVIDIA_VENDOR:
             continue
         klass = _hex(_read(os.path.join(path, "class")))
