@@ -465,7 +465,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import parse_gather_subset
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import HAS_PYNVML, PYNVML_IMPORT_ERROR
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvswitches, pci_facts
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import pci_facts
 
 
 def main():
@@ -490,7 +490,6 @@ def main():
         module.warn("%s could not be read, so it is left out of the facts: NVML answered %s" % (key, reason))
     pci, warnings = pci_facts(module.params["sysfs"])
     fact.update(pci)
-    fact["pci_nvswitches"] = nvswitches(module.params["sysfs"])
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"nvidia_gpu": fact})

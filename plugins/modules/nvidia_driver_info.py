@@ -231,7 +231,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import (
     secure_boot,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.host.module_params import check_options, options_state
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, nvswitches, pci_facts
+from ansible_collections.scv.gpu.plugins.module_utils.host.pci import missing_from_nvml, pci_facts
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.probe import probe_library
 
 
@@ -265,7 +265,6 @@ def main():
     )
     pci, warnings = pci_facts(sysfs)
     result.update(pci)
-    result["pci_nvswitches"] = nvswitches(sysfs)
     for warning in warnings:
         module.warn(warning)
     if params["next_kernel"]:

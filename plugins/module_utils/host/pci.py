@@ -98,9 +98,13 @@ def nvidia_functions(sysfs="/sys"):
       class cannot be read, and entries that are broken links (their vendor unknown): ``busId``,
       ``vendor`` ('0x10de', or None when unknown) and ``problem``.
 
+    - ``nvswitches``: an HGX board's NVSwitch chips (NVIDIA functions of class 0680): ``busId``,
+      ``deviceId`` ('0x22a3'), ``generation`` ('LR10', 'LS10', or None for an ID the table does not know)
+      and ``driver`` ('nvidia-nvswitch' once the driver runs, or None).
+
     An unreadable or absent tree gives empty lists: a host without PCI has no GPUs on it.
     """
-    found = {"gpus": [], "virtual_functions": [], "unreadable": []}
+    found = {"gpus": [], "virtual_functions": [], "unreadable": [], "nvswitches": []}
     for name, path in _pci_entries(sysfs):
         if os.path.islink(path) and not os.path.exists(path):
             found["unreadable"].append({"busId": name, "vendor": None,
@@ -114,10 +118,16 @@ def nvidia_functions(sysfs="/sys"):
                                         "problem": "cannot read %s" % os.path.join(path, "class")})
             continue
         device_id = "0x%04x" % device if device is not None else None
-        if klass >> 8 not in GPU_CLASSES:
+        if klass >> 8 not in GPU_CLASSES + (NVSWITCH_CLASS,):
             continue
         driver = os.path.join(path, "driver")
         driver = os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None
+        if klass >> 8 == NVSWITCH_CLASS:
+            found["nvswitches"].append({
+                "busId": name, "deviceId": device_id, "driver": driver,
+                "generation": next((label for low, high, label in NVSWITCH_GENERATIONS
+                                    if device is not None and low <= device <= high), None)})
+            continue
         physfn = os.path.join(path, "physfn")
         if os.path.islink(physfn):
             found["virtual_functions"].append({"busId": name, "deviceId": device_id,
@@ -135,38 +145,16 @@ def nvidia_functions(sysfs="/sys"):
 
 
 def nvswitches(sysfs="/sys"):
-    """The NVSwitch chips on the PCI bus (NVIDIA functions of class 0680), in bus order: dicts with
-    ``busId``, ``deviceId`` ('0x22a3'), ``generation`` ('LR10', 'LS10', or None for an ID the table does
-    not know) and ``driver`` (the bound kernel driver, 'nvidia-nvswitch' once the driver runs, or None).
-
-    An unreadable or absent tree gives an empty list; so does a function whose class cannot be read
-    (``nvidia_functions`` reports those as unreadable).
-    """
-    found = []
-    for name, path in _pci_entries(sysfs):
-        if _hex(_read(os.path.join(path, "vendor"))) != NVIDIA_VENDOR:
-            continue
-        klass = _hex(_read(os.path.join(path, "class")))
-        if klass is None or klass >> 8 != NVSWITCH_CLASS:
-            continue
-        device = _hex(_read(os.path.join(path, "device")))
-        driver = os.path.join(path, "driver")
-        found.append({
-            "busId": name,
-            "deviceId": "0x%04x" % device if device is not None else None,
-            "generation": next((label for low, high, label in NVSWITCH_GENERATIONS
-                                if device is not None and low <= device <= high), None),
-            "driver": os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None,
-        })
-    return found
+    """The NVSwitch chips on the PCI bus, in bus order: ``nvidia_functions(sysfs)["nvswitches"]``."""
+    return nvidia_functions(sysfs)["nvswitches"]
 
 
 def pci_facts(sysfs="/sys"):
-    """The modules' ``pci_gpus``, ``pci_virtual_functions`` and ``pci_unreadable``, and a warning for each
-    unreadable function: (facts, warnings)."""
+    """The modules' ``pci_gpus``, ``pci_virtual_functions``, ``pci_unreadable`` and ``pci_nvswitches``, and a
+    warning for each unreadable function: (facts, warnings)."""
     functions = nvidia_functions(sysfs)
     facts = {"pci_gpus": functions["gpus"], "pci_virtual_functions": functions["virtual_functions"],
-             "pci_unreadable": functions["unreadable"]}
+             "pci_unreadable": functions["unreadable"], "pci_nvswitches": functions["nvswitches"]}
     warnings = ["PCI function %s%s: %s, so whether it is %s GPU is not known" % (
         function["busId"], " of NVIDIA" if function["vendor"] else "", function["problem"],
         "a" if function["vendor"] else "an NVIDIA") for function in functions["unreadable"]]

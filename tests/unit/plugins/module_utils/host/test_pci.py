@@ -191,7 +191,7 @@ def test_nvswitches_are_the_nvidia_bridge_functions_with_their_generation(sysfs,
     add_function(sysfs, "0000:c9:00.0", 0x10DE, 0x22A8, 0x060400)                      # a PCI-PCI bridge
     assert [(switch["busId"], switch["generation"], switch["driver"]) for switch in nvswitches(str(sysfs))] == [
         ("0000:c5:00.0", "LS10", None), ("0000:c6:00.0", "LR10", "nvidia-nvswitch"), ("0000:c7:00.0", None, None)]
-    assert "pci_nvswitches" not in pci_facts(str(sysfs))[0]    # gpu_facts's fact stays as it was
+    assert pci_facts(str(sysfs))[0]["pci_nvswitches"] == nvswitches(str(sysfs))   # what both modules return
     assert nvswitches(str(tmp_path / "nothing")) == []
 
 
