@@ -122,22 +122,27 @@ def fabric_reasons(card):
 
 class FabricChecks:
     """When a long-lived session asks each card's fabric again: every ``interval_s`` and after an XID of
-    any card; between, it reuses what it read (a fabric read is an NVML call per NVLink)."""
+    any card; between, it reuses what it read (a fabric read is an NVML call per NVLink). Used as the
+    session's ``SettledChecks`` is: ``start`` at each read, then ``reuse`` and ``read`` per card."""
 
     def __init__(self, interval_s):
         self.interval_s = interval_s
         self._kept = {}   # card index -> (clock, XIDs seen, the fabric facts)
+        self._now = self._xids = None
 
-    def reuse(self, index, now, xids):
+    def start(self, now, xids):
+        self._now, self._xids = now, xids
+
+    def reuse(self, index):
         """Card ``index``'s fabric facts to reuse, or None: ask them."""
         kept = self._kept.get(index)
-        if kept is None or kept[1] != xids or now - kept[0] >= self.interval_s:
+        if kept is None or kept[1] != self._xids or self._now - kept[0] >= self.interval_s:
             return None
         return kept[2]
 
-    def read(self, index, card, now, xids):
+    def read(self, index, card):
         """After card ``index``'s fabric was asked."""
-        self._kept[index] = (now, xids, {key: dict(card[key]) for key in KEYS if key in card})
+        self._kept[index] = (self._now, self._xids, {key: dict(card[key]) for key in KEYS if key in card})
 
     def forget(self):
         self._kept.clear()

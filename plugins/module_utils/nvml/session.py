@@ -172,8 +172,7 @@ class Session:
         self._static, self._static_at = {}, 0.0
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
         self._lost = LostCards(self.xids)
-        self._settled = SettledChecks()
-        self._fabric = FabricChecks(counters_interval_s)
+        self._settled, self._fabric = SettledChecks(), FabricChecks(counters_interval_s)
 
     # -------------------------------------------------------------- public
 
@@ -218,8 +217,7 @@ class Session:
                         pynvml.nvmlShutdown()
                     except pynvml.NVMLError:
                         pass
-                self._handles = []
-                self._uuids = []
+                self._handles, self._uuids = [], []
                 self._static.clear()
                 self._settled.forget()
                 self._fabric.forget()
@@ -307,15 +305,17 @@ class Session:
         slow = "counters" in subsets and self.slow.due()
         now_subsets = subsets if slow else [subset for subset in subsets if subset != "counters"]
         cards, lost = [], []
-        self._settled.start(self.clock(), self.xids.count(), slow)
+        now, xids = self.clock(), self.xids.count()
+        self._settled.start(now, xids, slow)
+        self._fabric.start(now, xids)
         for index in range(len(self._handles)):
             static = self._static_for(index, subsets)
             settled = self._settled.reuse(index)
-            fabric = self._fabric.reuse(index, self.clock(), self.xids.count()) if "fabric" in subsets else None
+            fabric = self._fabric.reuse(index) if "fabric" in subsets else None
             card = read_card(index, now_subsets, self._handles[index], static, lost, settled, self.slow.wanted, fabric)
             self._settled.read(index, card, settled is None)
             if "fabric" in subsets and fabric is None:
-                self._fabric.read(index, card, self.clock(), self.xids.count())
+                self._fabric.read(index, card)
             if "counters" in subsets:
                 self.slow.fill(index, self._handles[index], card, slow)
             cards.append(card)
