@@ -2712,14 +2712,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
  * state 1 not started, 2 in progress (Fabric Manager is training the fabric), 3 completed; status an
  * nvmlReturn_t name, meaningful once completed. No "fabric": NOT_SUPPORTED, as a PCIe card answers.
  */
-typedef struct {
-    unsigned char uuid[NVML_GPU_FABRIC_UUID_LEN];
-    nvmlReturn_t status;
-    unsigned int clique, health_mask;
-    unsigned char state, summary;
-} sim_fabric_t;
-
-static nvmlReturn_t sim_fabric(const sim_device *dev, sim_fabric_t *out)
+/* The GPU's fabric info in its richest form (version 3); the older forms are its prefixes or a subset. */
+static nvmlReturn_t sim_fabric(const sim_device *dev, nvmlGpuFabricInfo_v3_t *out)
 {
     const jval *fabric = dev->mig ? NULL : j_get(dev->gpu, "fabric");
     const jval *status, *uuid;
@@ -2729,14 +2723,15 @@ static nvmlReturn_t sim_fabric(const sim_device *dev, sim_fabric_t *out)
     if (!fabric)
         return NVML_ERROR_NOT_SUPPORTED;
     memset(out, 0, sizeof(*out));
+    out->version = nvmlGpuFabricInfo_v3;
     if (sim_number(fabric, "state", &value))
-        out->state = (unsigned char)value;
+        out->state = (nvmlGpuFabricState_t)value;
     if (sim_number(fabric, "cliqueId", &value))
-        out->clique = (unsigned int)value;
+        out->cliqueId = (unsigned int)value;
     if (sim_number(fabric, "healthMask", &value))
-        out->health_mask = (unsigned int)value;
+        out->healthMask = (unsigned int)value;
     if (sim_number(fabric, "healthSummary", &value))
-        out->summary = (unsigned char)value;
+        out->healthSummary = (unsigned char)value;
     status = j_get(fabric, "status");
     out->status = status && status->type == J_STR ? sim_error_code(status->str) : NVML_SUCCESS;
     uuid = j_get(fabric, "clusterUuid");
@@ -2745,7 +2740,7 @@ static nvmlReturn_t sim_fabric(const sim_device *dev, sim_fabric_t *out)
             continue;
         if (sscanf(c, "%2x", &byte) != 1)
             return NVML_ERROR_UNKNOWN;
-        out->uuid[i++] = (unsigned char)byte;
+        out->clusterUuid[i++] = (unsigned char)byte;
         c++;
     }
     return NVML_SUCCESS;
@@ -2753,7 +2748,7 @@ static nvmlReturn_t sim_fabric(const sim_device *dev, sim_fabric_t *out)
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
 {
-    sim_fabric_t f;
+    nvmlGpuFabricInfo_v3_t f;
     nvmlReturn_t rc;
 
     SIM_DEVICE_CALL(device, dev);
@@ -2762,17 +2757,17 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuF
     rc = sim_fabric(&dev, &f);
     if (rc != NVML_SUCCESS)
         SIM_RETURN(rc);
-    memcpy(gpuFabricInfo->clusterUuid, f.uuid, sizeof(f.uuid));
+    memcpy(gpuFabricInfo->clusterUuid, f.clusterUuid, sizeof(f.clusterUuid));
     gpuFabricInfo->status = f.status;
-    gpuFabricInfo->cliqueId = f.clique;
+    gpuFabricInfo->cliqueId = f.cliqueId;
     gpuFabricInfo->state = f.state;
     SIM_RETURN(NVML_SUCCESS);
 }
 
-/* Version 2 adds the health mask, version 3 the health summary (both with a leading version field). */
+/* Version 2 is version 3 without the health summary at its end. */
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
 {
-    sim_fabric_t f;
+    nvmlGpuFabricInfo_v3_t f;
     nvmlReturn_t rc;
 
     SIM_DEVICE_CALL(device, dev);
@@ -2783,13 +2778,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpu
     rc = sim_fabric(&dev, &f);
     if (rc != NVML_SUCCESS)
         SIM_RETURN(rc);
-    memcpy(gpuFabricInfo->clusterUuid, f.uuid, sizeof(f.uuid));
-    gpuFabricInfo->status = f.status;
-    gpuFabricInfo->cliqueId = f.clique;
-    gpuFabricInfo->state = f.state;
-    gpuFabricInfo->healthMask = f.health_mask;
-    if (gpuFabricInfo->version == nvmlGpuFabricInfo_v3)
-        gpuFabricInfo->healthSummary = f.summary;
+    f.version = gpuFabricInfo->version;
+    memcpy(gpuFabricInfo, &f, f.version == nvmlGpuFabricInfo_v2 ? sizeof(nvmlGpuFabricInfo_v2_t) : sizeof(f));
     SIM_RETURN(NVML_SUCCESS);
 }
 
