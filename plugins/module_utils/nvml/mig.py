@@ -69,14 +69,14 @@ def local_mig_devices():
             if not mode or not mode[0]:
                 continue
             parent = as_text(text_call(pynvml.nvmlDeviceGetUUID, handle))
-            for mig in _mig_handles(handle):
+            for mig in mig_handles(handle):
                 found[as_text(text_call(pynvml.nvmlDeviceGetUUID, mig))] = parent
         except pynvml.NVMLError:
             continue
     return found
 
 
-def _mig_handles(handle):
+def mig_handles(handle):
     """The handles of the MIG devices of the GPU ``handle`` (none for a GPU without MIG)."""
     for position in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
         mig = _optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, position)
@@ -158,7 +158,7 @@ class MigGpu:
     def processes(self):
         """The PIDs running on the GPU or any of its MIG devices."""
         pids = set()
-        for handle in [self.handle, *_mig_handles(self.handle)]:
+        for handle in [self.handle, *mig_handles(self.handle)]:
             for process in _optional(pynvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
                 pids.add(process.pid)
         return sorted(pids)

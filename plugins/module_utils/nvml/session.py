@@ -166,8 +166,7 @@ class Session:
         self._events = XidEvents()
         self.slow = SlowReadings(self.clock, counters_interval_s)
         self.inits, self.static_reads = 0, 0    # successful nvmlInit calls; static readings (re)started
-        self.last_reinit_reason = None
-        self._system = None
+        self.last_reinit_reason = self._system = None
         self._handles, self._uuids = [], []
         self._static, self._static_at = {}, 0.0
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
@@ -183,14 +182,12 @@ class Session:
             self._restart("a GPU was lost or needed a reset")
         if self._open.is_set() and now - self._static_at >= self.static_refresh_s:
             self._static.clear()
-            self._static_at = now
+            self._static_at, self._check_system = now, True
             self.static_reads += 1
-            self._check_system = True
         for attempt in (1, 2):
-            if not self._open.is_set():
-                failure = self._start()
-                if failure is not None:
-                    return failure
+            failure = None if self._open.is_set() else self._start()
+            if failure is not None:
+                return failure
             try:
                 return self._read(subsets)
             except SessionLost as lost:
@@ -203,6 +200,11 @@ class Session:
         """Reads every card's static readings again at the next read (MIG mode changed, say)."""
         self._static_at = -self.static_refresh_s - 1.0
         self._check_system = True
+
+    def handle(self, index):
+        """Card ``index``'s open (handle, UUID): (None, None) with no session or no such card (a read opens them)."""
+        known = self._open.is_set() and 0 <= index < len(self._handles)
+        return (self._handles[index], self._uuids[index]) if known else (None, None)
 
     def close(self, keep_xids=()):
         """Shuts NVML down (the next read starts it again); forgets the XIDs but those of ``keep_xids``' cards."""
@@ -270,8 +272,7 @@ class Session:
         except pynvml.NVMLError as error:
             return unavailable(init_failure_reason(error))
         self._open.set()
-        self.inits += 1
-        self.static_reads += 1
+        self.inits, self.static_reads = self.inits + 1, self.static_reads + 1
         self._static_at = self._checked_at = self.clock()
         self._lost.restart_at = None
         self._system = system_facts()
@@ -282,8 +283,7 @@ class Session:
             facts.update(unavailable("NVML cannot count the GPUs: %s" % describe(error)))
             self.close()
             return facts
-        self._handles = [None] * count
-        self._uuids = [None] * count
+        self._handles, self._uuids = [None] * count, [None] * count
         return None
 
     def _system_call(self, function):
