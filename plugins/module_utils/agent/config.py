@@ -154,6 +154,9 @@ OPTIONS = (
      "carry the pod, namespace and container that hold the GPU, as dcgm-exporter's do (off when empty)"),
     ("pod-resources-interval", _bounded(float, 1, 3600), 10.0, True,
      "seconds between questions to the kubelet's pod-resources API (each bounded to 2 s)"),
+    ("pod-logs-dir", _path, "/var/log/pods", False,
+     "the kubelet's pod logs directory (its podLogsDir), whose <namespace>_<pod>_<uid> entries name the pods that "
+     "processes on a shared GPU belong to, for each pod's own memory and utilization series"),
     ("log-level", _log_level, "INFO", True, "DEBUG, INFO, WARNING or ERROR"),
 )
 NAMES = tuple(option[0] for option in OPTIONS)

@@ -210,8 +210,12 @@ class Agent:
         )
         pods = None if self.pods is None else self.pods.by_card((facts or {}).get("cardList") or [])
         values.update({} if self.pods is None else self.pods.counters())
+        shares = self.readings.shares
+        if shares is not None:
+            values["scv_agent_shared_gpu_reads"] = shares.reads
         return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values,
-                "served": self.dcgm_series, "pods": pods, "contested": self.writer.contest.contested()}
+                "served": self.dcgm_series, "pods": pods, "contested": self.writer.contest.contested(),
+                "shares": None if shares is None else shares.last}
 
     def healthz(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""

@@ -18,6 +18,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent import config as con
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution
+from ansible_collections.scv.gpu.plugins.module_utils.agent.shares import PodShares
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
 from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
@@ -47,6 +48,7 @@ def build(config, notify):
                   node_condition=config["node-condition"], taint_client=taint_client, notify=notify)
     if config["pod-resources-socket"]:
         agent.pods = PodAttribution(config["pod-resources-socket"], config["pod-resources-interval"], agent.stopping)
+        agent.readings.shares = PodShares(agent.pods, config["pod-logs-dir"])
     return agent
 
 

@@ -144,11 +144,33 @@ _OTHER_COUNTERS = {
                                     "read: at most once per counters interval, and once per scrape.",
     "scv_agent_pod_resources_reads": "Times the kubelet's pod-resources API was asked which pods hold GPUs.",
     "scv_agent_pod_resources_failures": "Times the kubelet's pod-resources API could not be read.",
+    "scv_agent_shared_gpu_reads": "Times a shared GPU's processes were read, at scrapes, to split its memory and "
+                                  "utilization per pod.",
 }
 
-# With pod attribution on, as dcgm-exporter labels a GPU's series with what holds it.
-POD_LABELS = ("pod", "namespace", "container")
+# With pod attribution on, as dcgm-exporter labels a GPU's series with what holds it (with
+# --kubernetes-virtual-gpus: "vgpu" is the replica number of a GPU shared by time-slicing or MPS).
+POD_LABELS = ("pod", "namespace", "container", "vgpu")
 NOBODY = [("", "", "")]   # Prometheus reads an empty label as no label: a GPU no pod holds
+# The series a shared GPU splits per pod (agent.shares), with the pod's figure each shows; they carry "pod_uid" too.
+PER_POD = {"DCGM_FI_DEV_FB_USED": "memory", "DCGM_FI_DEV_GPU_UTIL": "utilization"}
+
+
+def card_rows(rows, value, figure, share):
+    """(label values, value) of one card's series: ``rows`` (a set of label values per holder) with the card's
+    ``value``, or, for a series split per pod (``figure``, a key of agent.shares' figures) of a shared card, the
+    whole GPU without pod labels, then each holder whose pod's figure is known, with it."""
+    if figure is None:
+        return [(row, value) for row in rows]
+    if share is None:
+        return [(row + [""], value) for row in rows]
+    whole = rows[0][:-len(POD_LABELS)] + [""] * (len(POD_LABELS) + 1)
+    found = [(whole, value)]
+    for row in rows:
+        pod = share["pods"].get((row[-4], row[-3]))
+        if pod is not None and figure in pod:
+            found.append((row + [pod["uid"]], pod[figure]))
+    return found
 
 
 class SnapshotCollector:
@@ -166,25 +188,27 @@ class SnapshotCollector:
         served = SERVED if snapshot.get("served") is None else snapshot["served"]   # a file may name none
         driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
         labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
-        pods = snapshot.get("pods")
+        pods, shares = snapshot.get("pods"), snapshot.get("shares") or {}
         if pods is not None:
             labels += POD_LABELS
         # Each card's label values: one set, or one per container holding it.
         series = {}
         for card in cards:
-            base = dcgm_labels(card, node, driver)
-            series[card.get("id")] = [base] if pods is None else [
-                base + list(holder) for holder in pods.get(card.get("id"), NOBODY)]
+            base, key = dcgm_labels(card, node, driver), card.get("id")
+            vgpu = shares.get(key, {}).get("holders", {})
+            series[key] = [base] if pods is None else [
+                base + list(holder) + [vgpu.get(holder, "")] for holder in pods.get(key, NOBODY)]
         last = snapshot["last_xids"]
         for metric, path, text in DCGM_CARD_GAUGES + ((XID_ERRORS, None, "Value of the last XID error encountered."),):
             if metric not in served:
                 continue
-            family = GaugeMetricFamily(metric, text, labels=labels)
+            figure = PER_POD.get(metric) if pods is not None else None
+            family = GaugeMetricFamily(metric, text, labels=labels + (("pod_uid",) if figure else ()))
             for card in cards:
                 value = last.get(card.get("id"), 0) if path is None else _field(card, path)
                 if value is not None:
-                    for values in series[card.get("id")]:
-                        family.add_metric(values, value)
+                    for values, shown in card_rows(series[card.get("id")], value, figure, shares.get(card.get("id"))):
+                        family.add_metric(values, shown)
             yield family
 
         for metric, field, text in SCV_CARD_GAUGES:

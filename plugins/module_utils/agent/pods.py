@@ -11,9 +11,10 @@ the reason is logged when it first appears and when it clears.
 
 Device IDs are read as NVIDIA's device plugin hands them out: a GPU's UUID, its index (the
 plugin's ``index`` strategy), a MIG device's UUID (``MIG-...``, counted on the GPU it is part of),
-each possibly followed by ``::N``, the replica of a GPU shared by time-slicing. A GPU several
+each possibly followed by ``::N``, the replica of a GPU shared by time-slicing or MPS. A GPU several
 containers share has one series per container, each with the GPU's whole value, as NVML cannot
-split a GPU's readings by process group.
+split most of a GPU's readings by process group; the replica numbers become the ``vgpu`` label, and
+memory and utilization are split per pod by ``agent.shares``.
 
 Only this node's devices are kept: the thread that reads NVML tells (``learn``) which IDs those are,
 its GPUs and their MIG devices, and the answer is decoded for those alone. A kubelet naming thousands
@@ -51,6 +52,25 @@ def device_holders(held):
     return {device: shared.setdefault(frozenset(found), sorted(found)) for device, found in holders.items()}
 
 
+def device_replicas(held):
+    """{device id without its replica suffix: {(pod, namespace, container): {replica numbers}}} of the device IDs
+    of NVIDIA's resources that carry one (``<id>::<n>``: a GPU shared by time-slicing or MPS)."""
+    replicas = {}
+    for entry in held:
+        if not entry["resource"].startswith(RESOURCE_PREFIX):
+            continue
+        holder = (entry["pod"], entry["namespace"], entry["container"])
+        for device in entry["device_ids"]:
+            if "::" in device:
+                base, number = device.split("::", 1)
+                replicas.setdefault(base, {}).setdefault(holder, set()).add(number)
+    return replicas
+
+
+def _sort_key(number):
+    return (0, int(number), "") if number.isdigit() else (1, 0, number)
+
+
 class PodAttribution(threading.Thread):
     """Keeps ``holders`` (see ``device_holders``) current from the kubelet's pod-resources socket."""
 
@@ -60,7 +80,8 @@ class PodAttribution(threading.Thread):
         self.stopping = stopping
         self.lister = PodResourcesLister() if lister is None else lister
         self.holders = {}
-        self._worked = {}         # the holders of the last answer read whole, which UNCHANGED stands for
+        self.replicas = {}        # see device_replicas
+        self._worked = ({}, {})   # the holders and replicas of the last answer read whole, which UNCHANGED stands for
         self.refreshes, self.failures = 0, 0
         self.problem = None
         self._local = None        # this node's device IDs, as bytes (None: not learnt yet)
@@ -86,10 +107,10 @@ class PodAttribution(threading.Thread):
         try:
             answer = self.lister(self.socket_path, self.timeout_s, local)
             # the same answer as the last one read whole: its holders, as they were worked out then
-            holders = self._worked if answer is UNCHANGED else device_holders(answer)
-            self._worked = holders
+            worked = self._worked if answer is UNCHANGED else (device_holders(answer), device_replicas(answer))
+            self._worked = worked
         except Exception as error:  # pylint: disable=broad-exception-caught
-            holders = {}
+            worked = ({}, {})
             self.failures += 1
             problem = str(error) if isinstance(error, PodResourcesError) else (
                 "the kubelet's pod-resources answer could not be read (%s: %s)" % (type(error).__name__, error))
@@ -102,7 +123,7 @@ class PodAttribution(threading.Thread):
                 LOG.info("pod labels back on GPU series: the kubelet's pod-resources API answers again")
             self.problem = None
         with self._lock:
-            self.holders = holders
+            self.holders, self.replicas = worked
         self.refreshes += 1
 
     def learn(self, cards, mig_devices, generation=0):
@@ -135,14 +156,34 @@ class PodAttribution(threading.Thread):
         """{card id: [(pod, namespace, container)]} for the cards some container holds."""
         with self._lock:
             holders, parents = self.holders, self._mig_parents
-        found = {}
-        for device, holding in holders.items():
-            key = parents.get(device) if device.startswith(MIG_PREFIX) else device
-            if key is not None:
-                found.setdefault(key, set()).update(holding)
+        return {card: sorted(set().union(*found)) for card, found in _per_card(holders, parents, cards).items()}
+
+    def replicas_by_card(self, cards):
+        """{card id: {(pod, namespace, container): "n"}} for the cards shared by time-slicing or MPS: the replica
+        numbers each container holds, as the ``vgpu`` label shows them (several joined by commas, in order)."""
+        with self._lock:
+            replicas, parents = self.replicas, self._mig_parents
         result = {}
-        for card in cards:
-            holding = found.get(card.get("uuid"), set()) | found.get(str(card.get("id")), set())
-            if holding:
-                result[card.get("id")] = sorted(holding)
+        for card, found in _per_card(replicas, parents, cards).items():
+            numbers = {}
+            for holding in found:
+                for holder, held in holding.items():
+                    numbers.setdefault(holder, set()).update(held)
+            result[card] = {holder: ",".join(sorted(held, key=_sort_key)) for holder, held in numbers.items()}
         return result
+
+
+def _per_card(table, parents, cards):
+    """{card id: [the values of ``table`` (keyed by device ID) that belong to the card]}: its UUID, its index, or a
+    MIG device of it."""
+    found = {}
+    for device, value in table.items():
+        key = parents.get(device) if device.startswith(MIG_PREFIX) else device
+        if key is not None:
+            found.setdefault(key, []).append(value)
+    result = {}
+    for card in cards:
+        values = found.get(card.get("uuid"), []) + found.get(str(card.get("id")), [])
+        if values:
+            result[card.get("id")] = values
+    return result

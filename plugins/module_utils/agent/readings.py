@@ -35,6 +35,7 @@ class Readings:
         self.xid_policy = xid_policy
         self.metrics = metrics
         self.pods = None           # an agent.pods.PodAttribution: its MIG devices are resolved here
+        self.shares = None         # an agent.shares.PodShares: shared GPUs' processes are read at scrapes
         self.seconds = 0.0         # spent reading NVML, ticks and scrapes
         self.scrape_reads = 0
         self._facts = None
@@ -52,10 +53,21 @@ class Readings:
         """A scrape's read: the telemetry, fresh, and the costly counters when due; errors are logged."""
         self.session.slow.ask()
         try:
-            self._read(["telemetry", "counters", "fabric"])
+            facts = self._read(["telemetry", "counters", "fabric"])
             self.scrape_reads += 1
+            if self.shares is not None:
+                self._read_shares(facts.get("cardList") or [])
         except Exception as error:  # pylint: disable=broad-exception-caught
             LOG.error("reading NVML for a scrape failed (the last readings are served): %s", error)
+
+    def _read_shares(self, cards):
+        """Each pod's part of the shared GPUs, with the telemetry just read (an idle GPU needs no samples)."""
+        with self._lock:
+            started = time.perf_counter()
+            try:
+                self.shares.read(self.session, cards)
+            finally:
+                self.seconds += time.perf_counter() - started
 
     def close(self):
         """Shuts NVML down between reads (the next read starts it again)."""
