@@ -158,11 +158,12 @@ PER_POD = {"DCGM_FI_DEV_FB_USED": "memory", "DCGM_FI_DEV_GPU_UTIL": "utilization
 
 def card_rows(rows, value, figure, share):
     """(label values, value) of one card's series: ``rows`` (a set of label values per holder) with the card's
-    ``value``, or, for a series split per pod (``figure``, a key of agent.shares' figures) of a shared card, the
-    whole GPU without pod labels, then each holder whose pod's figure is known, with it."""
+    ``value``, or, for a series split per pod (``figure``, a key of agent.shares' figures) of a shared card whose
+    figure NVML could split, the whole GPU without pod labels, then each holder whose pod's figure is known, with
+    it."""
     if figure is None:
         return [(row, value) for row in rows]
-    if share is None:
+    if share is None or not share["split"][figure]:
         return [(row + [""], value) for row in rows]
     whole = rows[0][:-len(POD_LABELS)] + [""] * (len(POD_LABELS) + 1)
     found = [(whole, value)]

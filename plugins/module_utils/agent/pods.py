@@ -149,6 +149,11 @@ class PodAttribution(threading.Thread):
         with self._lock:
             self._local, self._mig_parents, self._learnt = frozenset(local), parents, key
 
+    def mig_gpus(self):
+        """The UUIDs of this node's GPUs that have MIG devices (as last learnt)."""
+        with self._lock:
+            return set(self._mig_parents.values())
+
     def counters(self):
         return {"scv_agent_pod_resources_reads": self.refreshes, "scv_agent_pod_resources_failures": self.failures}
 

@@ -20,7 +20,8 @@ answer then says which of the GPU's holders it is. A pod's figure is the sum ove
   keeps samples only of processes it saw busy, sparsely under time-slicing, and none at all for MPS
   clients (it names the MPS server): a pod whose processes have no sample gets no utilization series
   (unknown, not idle). A GPU whose own utilization reads 0 is idle, so each of its pods reads 0, and
-  the costly sample query (about 2 ms on an H200) is not made.
+  the costly sample query (about 2 ms on an H200) is not made. NVML has no samples with MIG: there
+  the series stays as the other series are, the whole value on each holder's series.
 
 A pod holding the GPU with no process on it reads 0. Processes are read only for shared GPUs (held
 by more than one container, or through replicas) and only at a scrape: a node that shares no GPU,
@@ -85,15 +86,15 @@ class PodShares:
     def read(self, session, cards):
         """Reads the shared cards' processes through ``session`` (an open nvml.session.Session, its reader's lock
         held) and keeps, per card id, {"holders": {holder: vgpu}, "pods": {(pod, namespace): {"uid": UID,
-        "memory": MiB, "utilization": percent}}}."""
+        "memory": MiB, "utilization": percent}}, "split": {figure: whether NVML could split it per process}}."""
         shared = self.shared(cards)
-        found, unnamed = {}, set()
+        found, unnamed, migs = {}, set(), self.pods.mig_gpus() if shared else set()
         for position, card in enumerate(cards):
             holders = shared.get(card.get("id"))
             handle, uuid = session.handle(position) if holders else (None, None)
             if handle is None:
                 continue
-            mig = bool(card.get("migEnabled"))
+            mig = uuid in migs
             idle = card.get("gpuUtilization") == 0 and not mig
             use = self.use.read(uuid, handle, mig=mig, utilization=not idle, session=session.inits)
             self.reads += 1
@@ -125,7 +126,9 @@ class PodShares:
         uid_of = {(pod, namespace): uid for uid, (namespace, pod) in names.items()}
         for pod, figure in figures.items():
             figure["uid"] = uid_of.get(pod, "")
-        return {"holders": holders, "pods": figures}
+        # a figure NVML cannot split here (utilization on MIG, say) stays whole on every holder's series
+        split = {"memory": use["memory"] is not None, "utilization": idle or use["utilization"] is not None}
+        return {"holders": holders, "pods": figures, "split": split}
 
     def _warn(self, unnamed):
         if unnamed and unnamed != self._unnamed:

@@ -85,6 +85,10 @@ class Holders:
     def by_card(self, _cards):
         return {self.cards[device]: held for device, held in self.holders.items()}
 
+    @staticmethod
+    def mig_gpus():
+        return set()
+
     def replicas_by_card(self, _cards):
         return {self.cards[device]: {holder: ",".join(sorted(numbers)) for holder, numbers in held.items()}
                 for device, held in self.replicas.items()}
