@@ -101,7 +101,6 @@ class PodShares:
             found[card.get("id")] = self._card(use, holders, idle, unnamed)
         self.last = found
         self._warn(unnamed)
-        return found
 
     def _card(self, use, holders, idle, unnamed_here):
         pods = {(pod, namespace) for pod, namespace, _container in holders}

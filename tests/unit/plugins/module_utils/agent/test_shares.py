@@ -67,6 +67,9 @@ def test_a_pods_figures_sum_its_processes_and_tell_unknown_from_idle():
         ("c", "ns"): {"memory": 0, "utilization": 0},       # holds the GPU, runs nothing on it
         ("d", "ns"): {}}                                    # its processes cannot be told
     assert pod_figures(use, pods, idle=True)[("b", "ns")] == {"memory": 8, "utilization": 0}
+    # a process NVML sampled but did not list among those holding memory holds none
+    assert pod_figures({"memory": {}, "utilization": {5: {"smUtil": 7}}}, {("e", "ns"): [5]}, idle=False) == {
+        ("e", "ns"): {"memory": 0, "utilization": 7}}
     assert pod_figures({"memory": None, "utilization": None}, pods, idle=False)[("a", "ns")] == {}
 
 
@@ -227,3 +230,31 @@ def test_an_idle_gpu_needs_no_samples_and_pods_that_cannot_be_named_are_not_gues
     # process 701's pod may be b: b is not known to run nothing; a, whose process is known, is
     assert shares.last[0]["pods"] == {("a", "ml"): {"uid": uid(1), "memory": 100, "utilization": 0},
                                       ("b", "ml"): {"uid": ""}}
+
+
+def test_a_pod_newer_than_the_last_listing_is_found_and_one_that_cannot_be_named_is_warned_of_once(
+        node, nvml_simulator, caplog):
+    gpu = node.data["devices"][1]
+    gpu["processes"] = [{"pid": 501, "usedGpuMemory": 100 * MIB}, {"pid": 502, "usedGpuMemory": 200 * MIB}]
+    replace_json(node.scenario, node.data)
+    node.pod("ml", "a", uid(1), 501)
+    answer = [held("a", gpu["uuid"] + "::0", namespace="ml"), held("b", gpu["uuid"] + "::1", namespace="ml")]
+    (node.proc / "502").mkdir(parents=True)
+    (node.proc / "502" / "cgroup").write_text("0::/kubepods/pod%s/ctr\n" % uid(2))
+    readings = Readings(Session(), XidPolicy(), metrics=True)
+    try:
+        cards = readings.tick()["cardList"]
+        readings.shares = PodShares(Holders(answer, cards), str(node.logs), str(node.proc))
+        for _scrape in range(3):
+            readings.scrape()
+        assert readings.shares.last[1]["pods"][("b", "ml")] == {"uid": ""}
+        warned = [record for record in caplog.records if "does not name" in record.getMessage()]
+        assert len(warned) == 1 and uid(2) in warned[0].getMessage()
+        # b's logs directory appears within the timestamp step of the last listing: the unknown UID lists it again
+        stamp = os.stat(node.logs).st_mtime_ns
+        (node.logs / ("ml_b_%s" % uid(2))).mkdir()
+        os.utime(node.logs, ns=(stamp, stamp))
+        readings.scrape()
+        assert readings.shares.last[1]["pods"][("b", "ml")] == {"uid": uid(2), "memory": 200}   # never sampled
+    finally:
+        readings.close()
