@@ -21,9 +21,11 @@ description:
     C(vgpu.present), C(gpu.clique) (C(<cluster UUID>.<clique ID>) of the NVLink fabric the GPUs are attached
     to, on multi-node NVLink systems; it needs the facts' C(fabric) subset), and the MIG labels of
     O(mig_strategy) - plus C(nvidia.com/gpu.present=true) and O(gpu_label_key) set to the product.
-  - GFD's labels that describe the device plugin's own settings rather than the GPUs are not set -
-    C(gpu.replicas), C(gpu.sharing-strategy), C(mps.capable), and their C(mig-<profile>.*) twins - nor
-    C(gpu.machine), the DMI machine type.
+  - How the node's device plugin shares its GPUs, from the config O(plugin_config) names - C(gpu.replicas),
+    C(gpu.sharing-strategy) (C(none), C(time-slicing) or C(mps)), C(mps.capable), C(-SHARED) after the product of
+    a shared resource that is not renamed, and their C(mig-<profile>.*) twins under the C(mixed) strategy. With
+    no config, GFD's defaults - one replica, no sharing, no MPS.
+  - C(gpu.machine), the DMI machine type, is not set.
   - These labels are the module's own. One that no longer applies (a card removed, the driver
     unreadable, another MIG layout) is removed. Every other label of the node is left as it is.
   - A node whose driver sees no GPU keeps only C(nvidia.com/vgpu.present), as GFD writes it.
@@ -73,6 +75,19 @@ options:
     type: str
     choices: [none, single, mixed]
     default: none
+  plugin_configs:
+    description:
+      - The device plugin's named configs, in NVIDIA's config format (C(version), C(flags), C(sharing)), as the
+        scv.gpu.device_plugin role deploys them. Empty - the plugin runs without a config.
+    type: dict
+    default: {}
+  plugin_config:
+    description:
+      - The name of the config in O(plugin_configs) the node's device plugin uses (its
+        C(nvidia.com/device-plugin.config) label, or the default config). Required when O(plugin_configs) is set.
+      - A config that asks for MPS on a node with a MIG-enabled GPU fails the module before anything is sent,
+        as NVIDIA's plugin and GFD refuse it.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -129,8 +144,10 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiErro
 from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
     MIG_STRATEGIES,
+    config_sharing,
     desired_labels,
     label_changes,
+    mps_refusal,
     valid_label_key,
 )
 
@@ -147,12 +164,34 @@ def apply(client, name, desired, key, check_mode):
             body["metadata"]["labels"] if body else {})
 
 
+def chosen_config(module, params):
+    """The node's device plugin config, or None; fails the module where NVIDIA's tools would refuse it."""
+    configs, name = params["plugin_configs"], params["plugin_config"]
+    if not configs:
+        return None
+    if name not in configs:
+        module.fail_json(msg="plugin_config %r names no config of plugin_configs (%s); choose one of them for node %s. "
+                             "Nothing was sent to the API server" % (name, ", ".join(sorted(configs)), params["name"]))
+    config = configs[name]
+    if not isinstance(config, dict):
+        module.fail_json(msg="plugin_configs[%r] is not a mapping: write it in NVIDIA's config format (version, "
+                             "flags, sharing). Nothing was sent to the API server" % name)
+    refusal = mps_refusal(params["gpu_facts"]) if config_sharing(config)[0] == "mps" else None
+    if refusal:
+        module.fail_json(msg="node %s: config %r shares its GPUs with MPS, but %s. Choose a time-slicing config "
+                             "for this node, or turn MIG off. Nothing was sent to the API server"
+                             % (params["name"], name, refusal))
+    return config
+
+
 def main():
     module = api_module(dict(
         name=dict(type="str", required=True),
         gpu_facts=dict(type="dict", required=True),
         gpu_label_key=dict(type="str", default="gpu/nvidia", no_log=False),
         mig_strategy=dict(type="str", default="none", choices=list(MIG_STRATEGIES)),
+        plugin_configs=dict(type="dict", default={}),
+        plugin_config=dict(type="str"),
     ))
     params = module.params
     name_problem = node_name_problem(params["name"])
@@ -161,8 +200,9 @@ def main():
     if not valid_label_key(params["gpu_label_key"]):
         module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
                              "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])
+    config = chosen_config(module, params)
     refused = {}
-    ours = desired_labels(params["gpu_facts"], params["gpu_label_key"], params["mig_strategy"], refused)
+    ours = desired_labels(params["gpu_facts"], params["gpu_label_key"], params["mig_strategy"], refused, config)
     for key, problem in sorted(refused.items()):
         # the API server would refuse the whole patch for one such label: it alone is left out
         module.warn("the label %s is left out, the node keeps the others: %s" % (key, problem))

@@ -29,6 +29,10 @@ def _labels(product, count, memory, family, compute, driver, cuda, mig):
         "nvidia.com/cuda.runtime.minor": cuda.split(".")[1],
         "nvidia.com/gpu.mode": "unknown",       # no PCI entry for the GPUs: GFD says the same
         "nvidia.com/vgpu.present": "false",
+        # no device plugin config: GFD's defaults, one replica of each GPU and no MPS
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/mps.capable": "false",
         "gpu/nvidia": product,
     }
     return labels

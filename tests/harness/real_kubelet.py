@@ -258,7 +258,9 @@ class DevicePlugin:
         self.resource = resource
         self.health = {device: "Healthy" for device in ids}
         self.allocated = []
-        self.endpoint = "scv-test-%d.sock" % os.getpid()
+        # NVIDIA's failRequestsGreaterThanOne: an Allocate of several replicas is refused (set by ConfigFollower)
+        self.one_replica_each = False
+        self.endpoint = "scv-test-%d-%s.sock" % (os.getpid(), resource.replace("/", "-"))
         self._changed = threading.Condition()
         self._stopped, self._version = False, 0
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -312,9 +314,16 @@ class DevicePlugin:
                 devices = [self.pb2.Device(ID=device, health=health) for device, health in self.health.items()]
             yield self.pb2.ListAndWatchResponse(devices=devices)
 
-    def _allocate(self, request, _context):
+    def _allocate(self, request, context):
+        import grpc
+
         responses = []
         for container in request.container_requests:
+            ids = list(container.devices_ids)
+            if self.one_replica_each and len(ids) > 1 and any("::" in device for device in ids):
+                # the words of NVIDIA's plugin (tests/fixtures/device-plugin/sharing)
+                context.abort(grpc.StatusCode.UNKNOWN, 'invalid allocation request for "%s": invalid request: '
+                              "maximum request size for shared resources is 1; found %d" % (self.resource, len(ids)))
             self.allocated.append(list(container.devices_ids))
             responses.append(self.pb2.ContainerAllocateResponse(
                 envs={"NVIDIA_VISIBLE_DEVICES": ",".join(container.devices_ids)}))
@@ -330,14 +339,66 @@ class DevicePlugin:
         return self.pb2.PreStartContainerResponse()
 
 
-def gpu_pod(name, namespace, node, gpus):
-    """A pod on ``node`` (no scheduler runs here) whose one container asks for ``gpus`` nvidia.com/gpu."""
+def one_replica_each(config):
+    """Whether NVIDIA's plugin refuses a container several replicas under ``config``: its
+    ``failRequestsGreaterThanOne``, which MPS turns on and time-slicing leaves off unless the config sets it."""
+    sharing = (config or {}).get("sharing") or {}
+    block = (sharing.get("mps") if "mps" in sharing else sharing.get("timeSlicing")) or {}
+    return bool(block.get("failRequestsGreaterThanOne", "mps" in sharing))
+
+
+class ConfigFollower:
+    """NVIDIA's config manager and device plugin, as far as the kubelet can tell, for a node of the test's.
+
+    ``sync`` reads the node's ``nvidia.com/device-plugin.config`` label and that config from the ConfigMap the
+    device_plugin role wrote, as the config manager does, and has this node's device plugins (one per resource,
+    started as needed) offer what NVIDIA's plugin offers for the node's GPUs under that config:
+    node.device_plugin.offered_devices, which test_gfd_fixtures holds to what NVIDIA's plugin advertised on the
+    same GPUs. A resource the config no longer offers is advertised with no device, as when NVIDIA's plugin
+    stops serving it.
+    """
+
+    LABEL = "nvidia.com/device-plugin.config"
+
+    def __init__(self, plane, work, node, fact, configmap, namespace, mig_strategy="none", plugins=None):
+        self.plane, self.work, self.node, self.fact = plane, work, node, fact
+        self.configmap, self.namespace, self.mig_strategy = configmap, namespace, mig_strategy
+        self.plugins = dict(plugins or {})     # {resource: DevicePlugin} already registered, to reuse
+        self.config_name = None
+
+    def sync(self):
+        """Offers what the node's chosen config makes NVIDIA's plugin offer; returns {resource: [IDs]}."""
+        import yaml
+
+        from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import offered_devices
+
+        self.config_name = (read_object(self.plane, "node", self.node)["metadata"].get("labels") or {}).get(self.LABEL)
+        data = read_object(self.plane, "configmap", self.configmap, namespace=self.namespace)["data"]
+        config = yaml.safe_load(data[self.config_name])
+        offered = offered_devices(self.fact, self.mig_strategy, config)
+        for resource in set(offered) | set(self.plugins):
+            plugin = self.plugins.get(resource)
+            if plugin is None:
+                plugin = self.plugins[resource] = DevicePlugin(self.work, resource, offered[resource]).start()
+            plugin.one_replica_each = one_replica_each(config)
+            plugin.set_devices(offered.get(resource, []))
+        return offered
+
+    def stop(self, keep=()):
+        """Stops the device plugins this follower started (not those of ``keep``)."""
+        for resource, plugin in self.plugins.items():
+            if resource not in keep:
+                plugin.stop()
+
+
+def gpu_pod(name, namespace, node, gpus, resource="nvidia.com/gpu"):
+    """A pod on ``node`` (no scheduler runs here) whose one container asks for ``gpus`` of ``resource``."""
     return {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "nodeName": node, "hostNetwork": True, "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": "trainer", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+                            "resources": {"limits": {resource: str(gpus)}}}],
         },
     }

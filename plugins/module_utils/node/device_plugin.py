@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
+    config_sharing,
     mig_devices,
     mig_resource_name,
     single_strategy_faults,
@@ -45,9 +46,19 @@ def laid_out(fact, gpus):
     return after
 
 
-def refusal(fact, mig_strategy):
-    """Why NVIDIA's device plugin will not start with these GPUs under ``mig_strategy``, or None."""
+def refusal(fact, mig_strategy, config=None):
+    """Why NVIDIA's device plugin will not start with these GPUs under ``mig_strategy`` and ``config`` (its
+    config file in NVIDIA's format; None for none), or None."""
     fact = fact or {}
+    if config_sharing(config)[0] == "mps":
+        if mig_strategy == "mixed":
+            return ("%s: its config shares GPUs with MPS, which the plugin refuses under MIG strategy mixed ('using "
+                    "--mig-strategy=mixed is not supported with MPS'). Use time-slicing, or MIG strategy none"
+                    % PLUGIN)
+        if mig_strategy == "single" and mig_devices(fact.get("cardList") or []):
+            return ("%s: its config shares GPUs with MPS, and under MIG strategy single it would serve MIG devices "
+                    "('sharing using MPS is not supported for MIG devices'). Use time-slicing, or turn MIG off"
+                    % PLUGIN)
     if not fact.get("nvml_available", True):
         return "%s: NVML cannot be initialised (%s)" % (PLUGIN, fact.get("nvml_error") or "no driver")
     cards = fact.get("cardList") or []
@@ -73,22 +84,39 @@ def refusal(fact, mig_strategy):
     return None
 
 
-def device_plugin_resources(fact, mig_strategy):
-    """{resource: count} NVIDIA's device plugin offers for these GPUs under ``mig_strategy``:
-    whole GPUs as nvidia.com/gpu (strategy none: every GPU; mixed: those with MIG off), MIG
-    devices as nvidia.com/gpu (single) or nvidia.com/mig-<profile> (mixed). PluginRefusal where
-    the plugin will not start, so that nothing is promised that will never come."""
-    reason = refusal(fact, mig_strategy)
+def device_plugin_resources(fact, mig_strategy, config=None):
+    """{resource: count} NVIDIA's device plugin offers for these GPUs under ``mig_strategy`` and ``config``:
+    the number of device IDs :func:`offered_devices` gives each resource."""
+    return {name: len(ids) for name, ids in offered_devices(fact, mig_strategy, config).items()}
+
+
+def offered_devices(fact, mig_strategy, config=None):
+    """{resource: [device ID, ...]} NVIDIA's device plugin offers for these GPUs under ``mig_strategy`` and
+    ``config`` (its config file in NVIDIA's format; None for none).
+
+    Whole GPUs are nvidia.com/gpu (strategy none: every GPU; mixed: those with MIG off), MIG devices
+    nvidia.com/gpu (single) or nvidia.com/mig-<profile> (mixed), each by its UUID. A resource the config shares
+    with N replicas offers ``<UUID>::0`` to ``<UUID>::N-1`` for each of its devices instead, under
+    ``<resource>.shared`` when the config renames by default; a shared resource that has no device here is
+    left as it is. PluginRefusal where the plugin will not start, so that nothing is promised that will never
+    come."""
+    reason = refusal(fact, mig_strategy, config)
     if reason:
         raise PluginRefusal(reason)
     cards = (fact or {}).get("cardList") or []
-    if mig_strategy == "none":
-        return {"nvidia.com/gpu": len(cards)}
     devices = mig_devices(cards)
-    if mig_strategy == "single":
-        return {"nvidia.com/gpu": len(devices) if devices else len(cards)}
-    resources = {"nvidia.com/gpu": sum(1 for card in cards if not card.get("migEnabled"))}
-    for _card, device in devices:
-        name = "nvidia.com/mig-" + mig_resource_name(device["profile"])
-        resources[name] = resources.get(name, 0) + 1
+    if mig_strategy == "none" or (mig_strategy == "single" and not devices):
+        resources = {"nvidia.com/gpu": [card.get("uuid") for card in cards]}
+    elif mig_strategy == "single":
+        resources = {"nvidia.com/gpu": [device.get("uuid") for _card, device in devices]}
+    else:
+        resources = {"nvidia.com/gpu": [card.get("uuid") for card in cards if not card.get("migEnabled")]}
+        for _card, device in devices:
+            resources.setdefault("nvidia.com/mig-" + mig_resource_name(device["profile"]), []).append(device.get("uuid"))
+    _strategy, shared = config_sharing(config)
+    for name, (replicas, renamed) in shared.items():
+        if resources.get(name) and replicas > 1:
+            ids = resources.pop(name)
+            resources[name + ".shared" if renamed else name] = ["%s::%d" % (uuid, replica) for uuid in ids
+                                                                for replica in range(replicas)]
     return resources

@@ -21,6 +21,8 @@ PREFIX = "nvidia.com/"
 GFD_KEYS = tuple(PREFIX + name for name in (
     "gpu.present",
     "gpu.product",
+    "gpu.replicas",
+    "gpu.sharing-strategy",
     "gpu.count",
     "gpu.memory",
     "gpu.clique",
@@ -42,9 +44,12 @@ GFD_KEYS = tuple(PREFIX + name for name in (
     "cuda.runtime-version.full",
     "mig.capable",
     "mig.strategy",
+    "mps.capable",
     "vgpu.present",
 ))
 MIG_STRATEGIES = ("none", "single", "mixed")
+# The device plugin's resource for whole GPUs (and, under the single MIG strategy, for MIG devices).
+GPU_RESOURCE = PREFIX + "gpu"
 
 # A MIG device's attributes as GFD labels them: label suffix, key of the fact's "attributes".
 MIG_ATTRIBUTE_LABELS = (
@@ -60,7 +65,7 @@ MIG_ATTRIBUTE_LABELS = (
 )
 _MIG_ATTRIBUTE_SUFFIXES = tuple(suffix for suffix, _key in MIG_ATTRIBUTE_LABELS if suffix != "memory")
 # The labels of one MIG profile under the mixed strategy: nvidia.com/mig-<profile>.<suffix>.
-_MIXED_KEY = re.compile(r"^nvidia\.com/mig-[A-Za-z0-9._+-]+\.(count|product|%s)$"
+_MIXED_KEY = re.compile(r"^nvidia\.com/mig-[A-Za-z0-9._+-]+\.(count|product|replicas|sharing-strategy|%s)$"
                         % "|".join(re.escape(suffix) for suffix, _key in MIG_ATTRIBUTE_LABELS))
 _SINGLE_KEYS = tuple(PREFIX + "gpu." + suffix for suffix in _MIG_ATTRIBUTE_SUFFIXES)
 
@@ -126,9 +131,10 @@ def mig_resource_name(profile):
     return profile.replace("+", ".")
 
 
-def desired_labels(fact, gpu_label_key, mig_strategy="none", refused=None):
+def desired_labels(fact, gpu_label_key, mig_strategy="none", refused=None, config=None):
     """The labels a node with this nvidia_gpu fact should carry (ours only), as GFD writes them
-    with ``--mig-strategy mig_strategy``. A label whose value no Node may carry (a long GPU name with a
+    with ``--mig-strategy mig_strategy`` and ``config``, the node's device plugin config in NVIDIA's format
+    (None: no config file, GFD's defaults). A label whose value no Node may carry (a long GPU name with a
     MIG profile after it) is left out, and named with the reason in the dict ``refused`` when given.
 
     A node whose driver sees no GPU gets only ``vgpu.present``; one whose driver cannot be read gets those
@@ -147,12 +153,14 @@ def desired_labels(fact, gpu_label_key, mig_strategy="none", refused=None):
     labels.update(_version_labels(fact))
     labels[PREFIX + "mig.capable"] = "true" if any("migEnabled" in card for card in cards) else "false"
     labels[PREFIX + "gpu.mode"] = _gpu_mode(cards, fact.get("pci_gpus"))
-    labels.update(_gpu_labels(cards))
+    shares = config_sharing(config)
+    labels[PREFIX + "mps.capable"] = "true" if shares[0] == "mps" and not mps_refusal(fact) else "false"
+    labels.update(_gpu_labels(cards, shares))
     labels.update(_clique_label(cards))
     if mig_strategy == "single":
-        labels.update(_single_labels(cards))
+        labels.update(_single_labels(cards, shares))
     elif mig_strategy == "mixed":
-        labels.update(_mixed_labels(cards))
+        labels.update(_mixed_labels(cards, shares))
     if mig_strategy in ("single", "mixed"):
         labels[PREFIX + "mig.strategy"] = mig_strategy
     labels[gpu_label_key] = sanitise_product(cards[0]["model"])
@@ -177,13 +185,78 @@ def _version_labels(fact):
     return labels
 
 
-def _gpu_labels(cards):
-    """product, count, memory, family and compute capability of the first GPU's model."""
+def config_sharing(config):
+    """A device plugin config's sharing as GFD reads it: (the strategy, {resource name: (replicas, renamed)}).
+
+    The strategy is ``mps`` when ``sharing.mps`` gives a resource more than one replica, else ``time-slicing``
+    when ``sharing.timeSlicing`` does, else ``none``. The resources are those of ``mps`` when the key is there at
+    all, else those of ``timeSlicing``; the first entry of a name counts. A shared resource is renamed
+    (``<name>.shared``) exactly when ``renameByDefault`` is set, as the plugin ignores a ``rename`` of its own.
+    """
+    sharing = _mapping(_mapping(config).get("sharing"))
+    mps, slicing = sharing.get("mps"), _mapping(sharing.get("timeSlicing"))
+    chosen = _mapping(mps) if mps is not None else slicing
+    resources = {}
+    for resource in _entries(chosen):
+        resources.setdefault(qualified(resource.get("name")), (_replicas(resource), bool(chosen.get("renameByDefault"))))
+
+    def replicated(part):
+        return any(_replicas(resource) > 1 for resource in _entries(_mapping(part)))
+
+    strategy = "mps" if mps is not None and replicated(mps) else "time-slicing" if replicated(slicing) else "none"
+    return strategy, resources
+
+
+def qualified(name):
+    """A config's resource name as the plugin reads it: ``gpu`` is ``nvidia.com/gpu``."""
+    return name if not isinstance(name, str) or "/" in name else PREFIX + name
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _entries(part):
+    resources = part.get("resources")
+    return [resource for resource in resources if isinstance(resource, dict)] if isinstance(resources, list) else []
+
+
+def _replicas(resource):
+    """A resource's replicas, 0 where it has none (a config is checked before it reaches the labels)."""
+    replicas = resource.get("replicas")
+    return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 0
+
+
+def mps_refusal(fact):
+    """Why MPS cannot be offered on these GPUs, or None: NVIDIA's plugin and GFD refuse it while any GPU has
+    MIG enabled."""
+    enabled = [card.get("index", position) for position, card in enumerate((fact or {}).get("cardList") or [])
+               if card.get("migEnabled")]
+    if enabled:
+        return "MPS sharing is not supported while MIG is enabled (GPU %s)" % ", ".join(str(index) for index in enabled)
+    return None
+
+
+def _sharing_labels(prefix, resource, shares, product):
+    """``<resource>.replicas``, ``.sharing-strategy`` and ``.product`` (with ``-SHARED`` after a replicated,
+    unrenamed resource's name). ``shares`` None: GFD's labels of a resource it does not share (replicas 0)."""
+    if shares is None:
+        return {prefix + "replicas": "0", prefix + "sharing-strategy": "none", prefix + "product": product}
+    strategy, resources = shares
+    replicas, renamed = resources.get(resource, (1, False))
+    replicas = max(replicas, 1)
+    return {prefix + "replicas": str(replicas), prefix + "sharing-strategy": strategy if replicas > 1 else "none",
+            prefix + "product": product + ("-SHARED" if replicas > 1 and not renamed else "")}
+
+
+def _gpu_labels(cards, shares):
+    """product, count, memory, family and compute capability of the first GPU's model, and how it is
+    shared. GFD shares no GPU of a model whose every GPU has MIG enabled."""
     first = cards[0]
-    labels = {
-        PREFIX + "gpu.product": sanitise_product(first["model"]),
-        PREFIX + "gpu.count": str(sum(1 for card in cards if card["model"] == first["model"])),
-    }
+    same = [card for card in cards if card["model"] == first["model"]]
+    labels = _sharing_labels(PREFIX + "gpu.", GPU_RESOURCE, None if all(card.get("migEnabled") for card in same)
+                             else shares, sanitise_product(first["model"]))
+    labels[PREFIX + "gpu.count"] = str(len(same))
     if first.get("totalMemory"):
         labels[PREFIX + "gpu.memory"] = str(first["totalMemory"])
     compute = _version_parts(first.get("computeCapability"))
@@ -217,12 +290,11 @@ def mig_devices(cards):
             for device in card.get("migDevices") or [] if device.get("profile")]
 
 
-def _profile_labels(prefix, card, device, count):
-    labels = {
-        prefix + "product": "%s-MIG-%s" % (sanitise_product(card["model"]),
-                                           _NOT_GFD_CHARACTERS.sub("", mig_resource_name(device["profile"]))),
-        prefix + "count": str(count),
-    }
+def _profile_labels(prefix, resource, shares, card, device, count):
+    product = "%s-MIG-%s" % (sanitise_product(card["model"]),
+                             _NOT_GFD_CHARACTERS.sub("", mig_resource_name(device["profile"])))
+    labels = _sharing_labels(prefix, resource, shares, product)
+    labels[prefix + "count"] = str(count)
     attributes = device.get("attributes") or {}
     for suffix, key in MIG_ATTRIBUTE_LABELS:
         if key in attributes:
@@ -250,21 +322,23 @@ def single_strategy_faults(cards):
     return faults
 
 
-def _single_labels(cards):
+def _single_labels(cards, shares):
     """Strategy single: the node's GPUs are its MIG devices, all of one profile. Anything else is
-    labelled invalid (product '<model>-MIG-INVALID', count and memory 0), as GFD does."""
+    labelled invalid (product '<model>-MIG-INVALID', count, memory and replicas 0, no sharing strategy), as
+    GFD does."""
     enabled = [card for card in cards if card.get("migEnabled")]
     if not enabled:
         return {}
     devices = mig_devices(cards)
     if single_strategy_faults(cards) or not devices:     # no MIG device with a readable profile: none to name
         return {PREFIX + "gpu.product": sanitise_product(enabled[0]["model"]) + "-MIG-INVALID",
-                PREFIX + "gpu.count": "0", PREFIX + "gpu.memory": "0"}
+                PREFIX + "gpu.count": "0", PREFIX + "gpu.memory": "0",
+                PREFIX + "gpu.replicas": "0", PREFIX + "gpu.sharing-strategy": ""}
     card, device = devices[0]
-    return _profile_labels(PREFIX + "gpu.", card, device, len(devices))
+    return _profile_labels(PREFIX + "gpu.", GPU_RESOURCE, shares, card, device, len(devices))
 
 
-def _mixed_labels(cards):
+def _mixed_labels(cards, shares):
     """Strategy mixed: nvidia.com/mig-<profile>.* for every MIG profile the node has."""
     labels, counts, first = {}, {}, {}
     for card, device in mig_devices(cards):
@@ -272,7 +346,8 @@ def _mixed_labels(cards):
         counts[name] = counts.get(name, 0) + 1
         first.setdefault(name, (card, device))
     for name, (card, device) in first.items():
-        labels.update(_profile_labels("%smig-%s." % (PREFIX, name), card, device, counts[name]))
+        labels.update(_profile_labels("%smig-%s." % (PREFIX, name), "%smig-%s" % (PREFIX, name), shares, card, device,
+                                      counts[name]))
     return labels
 
 

@@ -29,15 +29,13 @@ from harness import pci_sysfs
 from harness.paths import ROOT, scenario_path
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gfd"
-# GFD labels that describe the device plugin's own settings (time-slicing replicas, the sharing
-# strategy, MPS) or the machine's DMI type, not the GPUs: node_labels leaves them out.
-NOT_OURS = re.compile(r"^nvidia\.com/(gpu\.(replicas|sharing-strategy|machine)|mps\.capable|"
-                      r"mig-[^/]+\.(replicas|sharing-strategy))$")
+# The GFD label of the machine's DMI type, not of its GPUs: node_labels leaves it out.
+NOT_OURS = re.compile(r"^nvidia\.com/gpu\.machine$")
 # Ours alone: gpu.present (the GPU Operator's selector) and the site's own key.
 ONLY_OURS = {"nvidia.com/gpu.present", "gpu/nvidia"}
 # Where GFD picks one model of several at random (its per-model labels come from a Go map).
-PER_MODEL = {"nvidia.com/gpu." + name
-             for name in ("product", "count", "memory", "family", "compute.major", "compute.minor")}
+PER_MODEL = {"nvidia.com/gpu." + name for name in ("product", "count", "memory", "family", "compute.major",
+                                                   "compute.minor", "replicas", "sharing-strategy")}
 
 
 def read_fixture(path):

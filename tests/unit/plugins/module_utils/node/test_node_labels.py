@@ -10,9 +10,11 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
     GFD_KEYS,
+    config_sharing,
     desired_labels,
     label_changes,
     label_problem,
+    mps_refusal,
     sanitise_product,
     valid_label_key,
 )
@@ -308,3 +310,47 @@ def test_compute_capability_labels_need_a_known_major_and_minor(capability, labe
     labels = desired_labels(fact, "gpu/nvidia")
     found = (labels.get("nvidia.com/gpu.compute.major"), labels.get("nvidia.com/gpu.compute.minor"))
     assert found == (labelled or (None, None))
+
+
+@pytest.mark.parametrize("config, sharing", [
+    (None, ("none", {})),
+    ({"sharing": {"timeSlicing": {"resources": [{"name": "gpu", "replicas": 4}]}}},
+     ("time-slicing", {"nvidia.com/gpu": (4, False)})),
+    ({"sharing": {"mps": {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}},
+     ("mps", {"nvidia.com/gpu": (2, True)})),
+    # both blocks: the replicas come from mps whenever it is there, the strategy from whichever replicates
+    ({"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]},
+                  "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
+     ("time-slicing", {"nvidia.com/gpu": (1, False)})),
+    # the first entry of a name counts
+    ({"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 3},
+                                                {"name": "nvidia.com/gpu", "replicas": 5}]}}},
+     ("time-slicing", {"nvidia.com/gpu": (3, False)})),
+    # what the role would refuse does not break the labels: no replicas, no sharing
+    ({"sharing": {"timeSlicing": {"resources": ["gpu", {"name": "gpu", "replicas": "4"}, {"replicas": True}]}}},
+     ("none", {"nvidia.com/gpu": (0, False), None: (0, False)})),
+    ({"sharing": ["timeSlicing"]}, ("none", {})),
+])
+def test_a_configs_sharing_is_read_as_gfd_reads_it(config, sharing):
+    assert config_sharing(config) == sharing
+
+
+def test_a_shared_gpu_is_labelled_shared_unless_renamed():
+    fact = BY_SCENARIO["h100_sxm_x8"]
+    slicing = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+    labels = desired_labels(fact, "gpu/nvidia", config=slicing)
+    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.replicas"],
+            labels["nvidia.com/gpu.sharing-strategy"], labels["nvidia.com/mps.capable"]) == (
+        "NVIDIA-H100-80GB-HBM3-SHARED", "4", "time-slicing", "false")
+    slicing["sharing"]["timeSlicing"]["renameByDefault"] = True
+    assert desired_labels(fact, "gpu/nvidia", config=slicing)["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    mps = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+    assert desired_labels(fact, "gpu/nvidia", config=mps)["nvidia.com/mps.capable"] == "true"
+    # the site's key keeps the model: DaemonSets selecting on it reach shared and unshared nodes alike
+    assert desired_labels(fact, "gpu/nvidia", config=mps)["gpu/nvidia"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_mps_is_refused_while_a_gpu_has_mig_on():
+    assert mps_refusal(BY_SCENARIO["h100_sxm_x8"]) is None
+    assert mps_refusal({"cardList": [{"index": 0}, {"index": 1, "migEnabled": True}]}) == (
+        "MPS sharing is not supported while MIG is enabled (GPU 1)")
