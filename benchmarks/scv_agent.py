@@ -20,6 +20,12 @@ pod-resources protobuf, served by grpcio) whose answer names N MIG devices this 
 have, as a busy node's or another node's answer can: the agent must look each up in NVML once,
 not at every tick.
 
+With ``--sharing``, every GPU is time-sliced among 4 pods (replicas ``::0`` to ``::3`` from a
+stand-in kubelet), each pod with a real process in a cgroup named as the kubelet names a pod's
+(root needed), and that process on its GPU in the scenario with its own memory and a utilization
+sample at every query (the GPUs busy): each scrape reads every GPU's processes and samples, and
+ties each process to its pod, at the full cost.
+
 Each measurement runs on the simulator's real-cost model (every NVML call costs what it costs on
 a real H100), then on its no-cost model. Run it with `make benchmark-agent`; `--window` sets the
 steady-state seconds per model (default 330, more than one watch of the default 300 s).
@@ -46,6 +52,7 @@ from harness.common import free_port, wait_until
 from harness.control_plane import ControlPlane, install_scv_crd
 from harness.kubelet_podresources import StandInKubelet, generate, pod
 from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
+from harness.pod_cgroups import PodProcesses, cgroup_root
 
 TICK = os.sysconf("SC_CLK_TCK")
 FRESHNESS_CHANGES = 5
@@ -148,9 +155,35 @@ def foreign_kubelet(work, devices):
     return kubelet.__enter__()
 
 
+PODS_PER_GPU = 4
+
+
+def sharing_kubelet(work, scenario, processes):
+    """A started stand-in kubelet whose answer time-slices every GPU of ``scenario`` among 4 pods, each with a
+    process (from ``processes``, a PodProcesses) on its GPU in the scenario; the pod logs directory naming them."""
+    import uuid
+
+    data = json.loads(scenario.read_text())
+    logs = work / "pod-logs"
+    pods = []
+    for index, device in enumerate(data["devices"]):
+        device["utilization"]["gpu"] = 60
+        device["processes"] = []
+        for replica in range(PODS_PER_GPU):
+            name, uid = "job-%d-%d" % (index, replica), str(uuid.uuid4())
+            (logs / ("bench_%s_%s" % (name, uid))).mkdir(parents=True)
+            device["processes"].append({"pid": processes.start(uid), "usedGpuMemory": (replica + 1) << 30,
+                                        "smUtil": 10 + 5 * replica})
+            pods.append(pod(name, "bench", ("main", [("nvidia.com/gpu", ["%s::%d" % (device["uuid"], replica)])])))
+    scenario.write_text(json.dumps(data))
+    kubelet = StandInKubelet(generate(work / "podresources"), work / "pod-resources.sock")
+    kubelet.pods = pods
+    return kubelet.__enter__(), logs
+
+
 def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False, counters_interval=None,
-              scrape_interval=0, foreign_devices=0):
-    """One agent run on one cost model; returns its figures."""
+              scrape_interval=0, foreign_devices=0, sharing=None):
+    """One agent run on one cost model; returns its figures. ``sharing``: a PodProcesses for --sharing."""
     scenario = work / ("scenario-%s.json" % model)
     shutil.copy(scenario_path("h100_sxm_x8"), scenario)
     if counters:
@@ -163,6 +196,9 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         "--watch-timeout", str(watch_timeout), "--metrics-address", "127.0.0.1:%d" % port] + (
             ["--counters-interval", str(counters_interval)] if counters_interval else [])
     kubelet = foreign_kubelet(work / ("kubelet-%s" % model), foreign_devices) if foreign_devices else None
+    if sharing is not None:
+        kubelet, logs = sharing_kubelet(work / ("kubelet-%s" % model), scenario, sharing)
+        command += ["--pod-logs-dir", str(logs)]
     if kubelet is not None:
         command += ["--pod-resources-socket", kubelet.socket]
     # The node's Node, as its kubelet registered it: the agent sets its GPUHealthy condition.
@@ -234,6 +270,8 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         "counter_reads": after["scv_agent_nvml_counter_reads_total"] - before["scv_agent_nvml_counter_reads_total"],
         "pod_reads": after.get("scv_agent_pod_resources_reads_total", 0) - before.get(
             "scv_agent_pod_resources_reads_total", 0),
+        "shared_reads": after.get("scv_agent_shared_gpu_reads_total", 0) - before.get(
+            "scv_agent_shared_gpu_reads_total", 0),
     }
 
 
@@ -249,10 +287,18 @@ def main():
     parser.add_argument("--counters-interval", type=float, help="the agent's --counters-interval")
     parser.add_argument("--foreign-devices", type=int, default=0,
                         help="pods hold this many MIG devices the node does not have (a stand-in kubelet)")
+    parser.add_argument("--sharing", action="store_true",
+                        help="time-slice every GPU among 4 pods with real processes (root, for their cgroups)")
     parser.add_argument("--scrape-interval", type=float, default=0,
                         help="scrape /metrics every this many seconds during the window, as Prometheus would (0: none)")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="scv-agent-bench-"))
+    sharing = None
+    if args.sharing:
+        root = cgroup_root()
+        if root is None:
+            parser.error("--sharing needs root and a writable cgroup hierarchy")
+        sharing = PodProcesses(root)
     plane = ControlPlane(work / "plane").start()
     results = {}
     try:
@@ -262,10 +308,12 @@ def main():
         for model in args.models.split(","):
             results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout,
                                        args.every_counter, args.counters_interval, args.scrape_interval,
-                                       args.foreign_devices)
+                                       args.foreign_devices, sharing)
         site = None if args.no_site else site_runs(plane, work)
     finally:
         plane.stop()
+        if sharing is not None:
+            sharing.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     print("machine: %s, %d cores; agent on %s" % (platform.platform(), os.cpu_count(), subprocess.run(
@@ -286,6 +334,9 @@ def main():
         if args.foreign_devices:
             print("  pod-resources: %d reads of an answer naming %d MIG devices this node does not have"
                   % (result["pod_reads"], args.foreign_devices))
+        if args.sharing:
+            print("  sharing: %d pods on each of 8 GPUs; shared GPUs' processes read %d times (%d reads of the "
+                  "kubelet)" % (PODS_PER_GPU, result["shared_reads"], result["pod_reads"]))
         print("  NVML: %.3f ms per GPU per tick over %d ticks (target <= 0.5 ms); NVML initialised %d time(s), "
               "static readings read %d time(s)"
               % (result["nvml_ms_per_gpu_tick"], result["ticks"], result["inits"], result["static_reads"]))

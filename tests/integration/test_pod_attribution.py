@@ -148,10 +148,10 @@ def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_whe
     try:
         agent.wait_for(lambda: pods_on_gpus(agent).get(0) == [("train", "ml", "trainer")], 20)
         held = pods_on_gpus(agent)
-        # GPU 1 is shared: its utilization is split per pod, beside a series of the whole GPU with no pod
-        assert held[1] == nobody + [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
-        assert pods_on_gpus(agent, "DCGM_FI_DEV_GPU_TEMP")[1] == [("notebook-a", "lab", "jupyter"),
-                                                                  ("notebook-b", "lab", "jupyter")]
+        assert held[1] == [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
+        # GPU 1 is shared: its memory is split per pod, beside a series of the whole GPU with no pod
+        assert pods_on_gpus(agent, "DCGM_FI_DEV_FB_USED")[1] == nobody + [("notebook-a", "lab", "jupyter"),
+                                                                          ("notebook-b", "lab", "jupyter")]
         assert held[2] == nobody and all(held[gpu] == nobody for gpu in range(3, 8))
         # every DCGM series carries them, the agent's own do not
         assert pods_on_gpus(agent, "DCGM_FI_DEV_XID_ERRORS")[0] == [("train", "ml", "trainer")]
@@ -160,7 +160,7 @@ def test_gpu_series_name_the_pods_that_hold_them_shared_or_not_and_drop_them_whe
 
         kubelet.pods = kubelet.pods[1:]          # the training pod ended
         agent.wait_for(lambda: pods_on_gpus(agent)[0] == nobody, 5)
-        assert pods_on_gpus(agent)[1] == nobody + [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
+        assert pods_on_gpus(agent)[1] == [("notebook-a", "lab", "jupyter"), ("notebook-b", "lab", "jupyter")]
     finally:
         agent.stop()
 

@@ -157,6 +157,9 @@ OPTIONS = (
     ("pod-logs-dir", _path, "/var/log/pods", False,
      "the kubelet's pod logs directory (its podLogsDir), whose <namespace>_<pod>_<uid> entries name the pods that "
      "processes on a shared GPU belong to, for each pod's own memory and utilization series"),
+    ("pod-utilization", _boolean, False, True,
+     "split a shared GPU's utilization per pod too, from NVML's process samples (about 2 ms per shared GPU and "
+     "scrape on an H200); off: each holder's series shows the whole GPU's, as the other series"),
     ("log-level", _log_level, "INFO", True, "DEBUG, INFO, WARNING or ERROR"),
 )
 NAMES = tuple(option[0] for option in OPTIONS)

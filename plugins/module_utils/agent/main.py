@@ -49,6 +49,7 @@ def build(config, notify):
     if config["pod-resources-socket"]:
         agent.pods = PodAttribution(config["pod-resources-socket"], config["pod-resources-interval"], agent.stopping)
         agent.readings.shares = PodShares(agent.pods, config["pod-logs-dir"])
+        agent.readings.shares.utilization = config["pod-utilization"]
     return agent
 
 
@@ -74,6 +75,8 @@ def apply(agent, config):
     agent.xid_policy.hold_s = config["xid-hold"]
     if agent.pods is not None:
         agent.pods.interval_s = config["pod-resources-interval"]
+    if agent.readings.shares is not None:
+        agent.readings.shares.utilization = config["pod-utilization"]
 
 
 class Reloader:

@@ -21,7 +21,9 @@ answer then says which of the GPU's holders it is. A pod's figure is the sum ove
   clients (it names the MPS server): a pod whose processes have no sample gets no utilization series
   (unknown, not idle). A GPU whose own utilization reads 0 is idle, so each of its pods reads 0, and
   the costly sample query (about 2 ms on an H200) is not made. NVML has no samples with MIG: there
-  the series stays as the other series are, the whole value on each holder's series.
+  the series stays as the other series are, the whole value on each holder's series. That query is
+  made only with ``utilization`` (the agent's ``pod-utilization``, off by default for its cost): without
+  it too the utilization series stays whole on each holder's series.
 
 A pod holding the GPU with no process on it reads 0. Processes are read only for shared GPUs (held
 by more than one container, or through replicas) and only at a scrape: a node that shares no GPU,
@@ -72,6 +74,7 @@ class PodShares:
         self.names = PodNames(logs_dir)
         self.proc = proc
         self.use = ProcessUse()
+        self.utilization = True           # split the utilization too (the agent's pod-utilization)
         self.reads = 0                    # shared GPUs read
         self.last = {}
         self._unnamed = None              # the pod UIDs last warned about
@@ -95,8 +98,8 @@ class PodShares:
             if handle is None:
                 continue
             mig = uuid in migs
-            idle = card.get("gpuUtilization") == 0 and not mig
-            use = self.use.read(uuid, handle, mig=mig, utilization=not idle, session=session.inits)
+            idle = self.utilization and card.get("gpuUtilization") == 0 and not mig
+            use = self.use.read(uuid, handle, mig=mig, utilization=self.utilization and not idle, session=session.inits)
             self.reads += 1
             found[card.get("id")] = self._card(use, holders, idle, unnamed)
         self.last = found
