@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import pytest
 
@@ -204,13 +205,11 @@ def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control
 
 
 def gfd_labels(scenario, strategy):
-    """What NVIDIA's GFD wrote for this scenario and strategy (tests/fixtures/gfd), less the labels
-    of the device plugin's settings and the PCI-derived gpu.mode (this test's hosts have no PCI GPUs)."""
+    """What NVIDIA's GFD wrote for this scenario and strategy (tests/fixtures/gfd), less the DMI machine
+    type and the PCI-derived gpu.mode (this test's hosts have neither)."""
     path = ROOT / "tests" / "fixtures" / "gfd" / ("%s-%s.txt" % (scenario, strategy))
     labels = dict(line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#"))
-    return {key: value for key, value in labels.items()
-            if not re.match(r"^nvidia\.com/(gpu\.(replicas|sharing-strategy|machine|mode)|mps\.capable|"
-                            r"mig-[^/]+\.(replicas|sharing-strategy))$", key)}
+    return {key: value for key, value in labels.items() if not re.match(r"^nvidia\.com/gpu\.(machine|mode)$", key)}
 
 
 def test_the_mig_strategy_reaches_the_labels_and_the_plugin(ansible, control_plane, tmp_path):
@@ -306,3 +305,210 @@ def test_a_label_the_api_server_refuses_is_left_out_and_the_node_gets_every_othe
     assert labels["team"] == "ml"
     code, result = run_module(capsys, module, args)
     assert code == 0 and result["changed"] is False, result       # a rerun writes nothing
+
+
+SHARING_PLAY = """
+- hosts: gpu
+  gather_facts: false
+  roles:
+    - role: scv.gpu.device_plugin
+"""
+TS4 = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+MPS2 = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+SHARING = {"ts-4": TS4, "mps-2": MPS2}
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+
+
+def run_hosts(ansible, tmp_path, plane, scenario, choices, *extra, **settings):
+    """The role on one inventory host per node (all local), each host's choice in its host vars."""
+    inventory = tmp_path / "gpu-hosts.yml"
+    hosts = {node: ({"device_plugin_config": choice} if choice else {}) for node, choice in choices.items()}
+    for variables in hosts.values():
+        variables.update(ansible_connection="local", ansible_python_interpreter=str(ansible.python))
+    inventory.write_text(json.dumps({"gpu": {"hosts": hosts}}))
+    play = tmp_path / "sharing.yml"
+    play.write_text(SHARING_PLAY)
+    empty_sysfs = tmp_path / "sys-without-gpus"
+    empty_sysfs.mkdir(exist_ok=True)
+    variables = {"device_plugin_kubeconfig": str(plane.admin_kubeconfig), "device_plugin_sysfs": str(empty_sysfs),
+                 "device_plugin_configs": SHARING, "device_plugin_default_config": "ts-4"}
+    variables.update(settings)
+    return ansible.playbook(play, scenario, "-i", str(inventory), "-e", json.dumps(variables), *extra)
+
+
+def changed_tasks(stdout):
+    """The names of the tasks that reported a change."""
+    names, task = [], None
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line[line.index(" : ") + 3:line.rindex("]")] if " : " in line else None
+        elif line.startswith("changed: [") and task and task not in names:
+            names.append(task)
+    return names
+
+
+def changed(result, hosts):
+    return sum(recap(result.stdout, host)["changed"] for host in hosts)
+
+
+def sharing_objects(plane, namespace):
+    """What the role applied in the namespace: {kind/name: resourceVersion}."""
+    found = {}
+    for kind in ("configmap", "daemonset", "serviceaccount"):
+        listed = json.loads(plane.kubectl("get", kind, "-n", namespace, "-o", "json").stdout)["items"]
+        found.update({"%s/%s" % (kind, item["metadata"]["name"]): item["metadata"]["resourceVersion"]
+                      for item in listed if item["metadata"]["name"] != "default"})
+    return found
+
+
+def sharing_setup(plane, ansible, tag):
+    """A new namespace (none is ever deleted: no controller finishes a deletion here) and two nodes."""
+    namespace = "dp-share-%s-%s-%s" % (tag, suffix(ansible), uuid.uuid4().hex[:6])
+    plane.kubectl("create", "namespace", namespace)
+    nodes = ["share-%s-a-%s" % (tag, suffix(ansible)), "share-%s-b-%s" % (tag, suffix(ansible))]
+    for node in nodes:
+        put_node(plane, node, dict(FOREIGN))
+    return namespace, nodes
+
+
+def config_manager_env(container):
+    """A container's env as {name: value}; the API server leaves out an empty value."""
+    return {item["name"]: item["valueFrom"] if "valueFrom" in item else item.get("value", "")
+            for item in container["env"]}
+
+
+@pytest.mark.every_ansible_line
+def test_named_configs_reach_the_configmap_the_plugin_and_each_node(ansible, control_plane, tmp_path):
+    plane = control_plane
+    namespace, (node_a, node_b) = sharing_setup(plane, ansible, "cfg")
+
+    # check mode first: it says what would change, and writes nothing
+    checked = run_hosts(ansible, tmp_path, plane, "titan_xp", {node_a: "", node_b: "ts-4"}, "--check",
+                        device_plugin_namespace=namespace)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert changed(checked, (node_a, node_b)) >= 3                   # labels of both nodes, the plugin's objects
+    assert sharing_objects(plane, namespace) == {}
+    assert node_labels(plane, node_a) == FOREIGN and node_labels(plane, node_b) == FOREIGN
+
+    first = run_hosts(ansible, tmp_path, plane, "titan_xp", {node_a: "", node_b: "ts-4"},
+                      device_plugin_namespace=namespace)
+    assert first.returncode == 0, first.stdout + first.stderr
+    configmap = read_object(plane, "configmap", "nvidia-device-plugin-configs", namespace=namespace)
+    assert sorted(configmap["data"]) == ["mps-2", "ts-4"]
+    import yaml
+    assert yaml.safe_load(configmap["data"]["ts-4"]) == dict(TS4, flags={"migStrategy": "none"})
+    assert yaml.safe_load(configmap["data"]["mps-2"]) == dict(MPS2, flags={"migStrategy": "none"})
+    assert configmap["data"]["ts-4"].startswith("version: v1\nflags:\n  migStrategy: none\n")
+
+    spec = read_object(plane, "daemonset", "nvidia-device-plugin-daemonset", namespace=namespace)["spec"]["template"]["spec"]
+    assert spec["shareProcessNamespace"] is True and spec["serviceAccountName"] == "nvidia-device-plugin"
+    (init,) = spec["initContainers"]
+    plugin, sidecar = spec["containers"]
+    assert init["command"] == sidecar["command"] == ["config-manager"]
+    for container, oneshot, signal in ((init, "true", ""), (sidecar, "false", "nvidia-device-plugin")):
+        env = config_manager_env(container)
+        assert env["ONESHOT"] == oneshot and env["PROCESS_TO_SIGNAL"] == signal
+        assert env["NODE_LABEL"] == CONFIG_LABEL and env["DEFAULT_CONFIG"] == "ts-4"
+        assert env["CONFIG_FILE_SRCDIR"] == "/available-configs" and env["CONFIG_FILE_DST"] == "/config/config.yaml"
+        assert env["NODE_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}
+        assert env["SIGNAL"] == ("1" if signal else "")
+        assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]} == {
+            "available-configs": "/available-configs", "config": "/config"}
+    assert plugin["name"] == "nvidia-device-plugin-ctr" and plugin["command"] == ["nvidia-device-plugin"]
+    assert config_manager_env(plugin) == {"MIG_STRATEGY": "none", "CONFIG_FILE": "/config/config.yaml",
+                                          "MPS_ROOT": "/run/nvidia/mps"}
+    assert {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]} == {
+        "device-plugin": "/var/lib/kubelet/device-plugins", "available-configs": "/available-configs",
+        "config": "/config", "mps-shm": "/dev/shm", "mps-root": "/mps"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["available-configs"]["configMap"]["name"] == "nvidia-device-plugin-configs"
+    assert volumes["config"]["emptyDir"] == {}
+    # the config manager reads its node's label through the API, as the plugin's service account
+    assert plane.kubectl("auth", "can-i", "watch", "nodes", "--as",
+                         "system:serviceaccount:%s:nvidia-device-plugin" % namespace, check=False).stdout.strip() == "yes"
+    assert node_labels(plane, node_a)[CONFIG_LABEL] == "ts-4"        # the default, written out
+    assert node_labels(plane, node_b)[CONFIG_LABEL] == "ts-4"
+    assert plane.kubectl("get", "daemonset", "-n", namespace, "nvidia-device-plugin-mps-control-daemon",
+                         check=False).returncode != 0                 # no node uses MPS yet
+
+    # node b switches to MPS: its label changes and the MPS control daemon comes
+    switched = run_hosts(ansible, tmp_path, plane, "titan_xp", {node_a: "", node_b: "mps-2"},
+                         device_plugin_namespace=namespace)
+    assert switched.returncode == 0, switched.stdout + switched.stderr
+    assert node_labels(plane, node_b)[CONFIG_LABEL] == "mps-2" and node_labels(plane, node_a)[CONFIG_LABEL] == "ts-4"
+    mps = read_object(plane, "daemonset", "nvidia-device-plugin-mps-control-daemon", namespace=namespace)
+    mps_spec = mps["spec"]["template"]["spec"]
+    assert mps_spec["nodeSelector"] == {"nvidia.com/mps.capable": "true"} and mps_spec["hostPID"] is True
+    assert [c["name"] for c in mps_spec["initContainers"]] == ["mps-control-daemon-mounts", "mps-control-daemon-init"]
+    assert [c["command"] for c in mps_spec["containers"]] == [["/usr/bin/mps-control-daemon"], ["config-manager"]]
+    assert config_manager_env(mps_spec["containers"][1])["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
+    assert mps_spec["containers"][0]["image"] == plugin["image"]
+
+    # node a switches too: only its labels change, nothing the plugin runs
+    before = sharing_objects(plane, namespace)
+    again = run_hosts(ansible, tmp_path, plane, "titan_xp", {node_a: "mps-2", node_b: "mps-2"}, "--diff",
+                      device_plugin_namespace=namespace)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert recap(again.stdout, node_b)["changed"] == 0, again.stdout
+    # the config label, and GFD's sharing labels where node_labels is given the config
+    assert set(changed_tasks(again.stdout)) <= {"Label node %s" % node_a,
+                                                 "Label with its device plugin config the node %s" % node_a}
+    assert "Label with its device plugin config the node %s" % node_a in changed_tasks(again.stdout)
+    assert sharing_objects(plane, namespace) == before
+    assert node_labels(plane, node_a) == dict(node_labels(plane, node_a), **{CONFIG_LABEL: "mps-2"})
+    assert {key: value for key, value in node_labels(plane, node_a).items() if key in FOREIGN} == FOREIGN
+
+    rerun = run_hosts(ansible, tmp_path, plane, "titan_xp", {node_a: "mps-2", node_b: "mps-2"},
+                      device_plugin_namespace=namespace)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert changed(rerun, (node_a, node_b)) == 0
+
+    # no configs any more: the plugin runs without, and the ConfigMap and the MPS daemon go
+    plain = run_hosts(ansible, tmp_path, plane, "titan_xp", {node_a: "", node_b: ""}, device_plugin_namespace=namespace,
+                      device_plugin_configs={}, device_plugin_default_config="")
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    objects = sharing_objects(plane, namespace)
+    assert "configmap/nvidia-device-plugin-configs" not in objects
+    assert "daemonset/nvidia-device-plugin-mps-control-daemon" not in objects
+    spec = read_object(plane, "daemonset", "nvidia-device-plugin-daemonset", namespace=namespace)["spec"]["template"]["spec"]
+    assert "initContainers" not in spec and [c["name"] for c in spec["containers"]] == ["nvidia-device-plugin-ctr"]
+
+
+@pytest.mark.every_ansible_line
+@pytest.mark.parametrize("configs, choices, says", [
+    (dict(SHARING, **{"mps-2": {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}}}}),
+     ("", "mps-2"), "device_plugin_configs['mps-2'].sharing.mps.resources[0].replicas: 1 is fewer than 2"),
+    (SHARING, ("", "mps-3"), "device_plugin_config: 'mps-3' is not a config of device_plugin_configs (mps-2, ts-4)"),
+    (dict(SHARING, **{"ts-4": dict(TS4, flags={"migStrategy": "mixed"})}), ("", ""),
+     "device_plugin_configs['ts-4'].flags.migStrategy: 'mixed' differs from device_plugin_mig_strategy (none)"),
+])
+def test_a_bad_config_or_choice_is_refused_before_anything_changes(ansible, control_plane, tmp_path, configs, choices,
+                                                                   says):
+    plane = control_plane
+    namespace, nodes = sharing_setup(plane, ansible, "bad")
+    done = run_hosts(ansible, tmp_path, plane, "titan_xp", dict(zip(nodes, choices)),
+                     device_plugin_namespace=namespace, device_plugin_configs=configs)
+    assert done.returncode != 0
+    assert says in done.stdout.replace("\n", " "), done.stdout
+    assert "Nothing was changed." in done.stdout
+    assert sharing_objects(plane, namespace) == {}
+    assert [node_labels(plane, node) for node in nodes] == [FOREIGN, FOREIGN]
+
+
+def test_mps_is_refused_on_a_host_with_mig_enabled(ansible, control_plane, tmp_path):
+    plane = control_plane
+    namespace, nodes = sharing_setup(plane, ansible, "mig")
+    done = run_hosts(ansible, tmp_path, plane, "a100_mig", dict(zip(nodes, ("", "mps-2"))),
+                     device_plugin_namespace=namespace, device_plugin_mig_strategy="single")
+    assert done.returncode != 0
+    assert ("node %s: config 'mps-2' shares its GPUs with MPS, but MIG is enabled on GPU 0" % nodes[1]
+            in done.stdout.replace("\n", " ")), done.stdout
+    assert sharing_objects(plane, namespace) == {}
+    assert [node_labels(plane, node) for node in nodes] == [FOREIGN, FOREIGN]
+
+
+def test_a_config_for_a_node_that_does_not_exist_is_an_error(ansible, control_plane, tmp_path):
+    done = run_hosts(ansible, tmp_path, control_plane, "titan_xp", {"no-such-shared-node": "mps-2"},
+                     device_plugin_labels=False, device_plugin_deploy=False)
+    assert done.returncode != 0
+    assert "Node no-such-shared-node does not exist" in done.stdout, done.stdout

@@ -31,6 +31,7 @@ _BLOCK_KEYS = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
 _RESOURCE_KEYS = ("name", "rename", "devices", "replicas")
 # The plugin prefixes a bare name with nvidia.com/ and allows 63 characters in all.
 _PREFIX = "nvidia.com/"
+_SHARED = ".shared"
 _MAX_RESOURCE_NAME = 63
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # A MIG profile as the mixed strategy names its resource: 1g.10gb, 1c.2g.20gb, 1g.10gb+me, ...
@@ -127,29 +128,35 @@ def _resource_name_problem(where, name, mig_strategy, kind):
                if mig_strategy == "mixed" else ""))
 
 
-def _rename_problem(where, rename):
+def _rename_problem(where, rename, name, by_default):
     if not isinstance(rename, str) or not rename:
-        return "%s.rename: %r is not a resource name; leave rename out or give a name" % (where, rename)
+        return "%s.rename: %r is not a resource name; leave rename out" % (where, rename)
     full = resource_name(rename)
     short = full[len(_PREFIX):]
-    if len(full) > _MAX_RESOURCE_NAME or len(short) > 253 or not _DNS_SUBDOMAIN.match(short):
+    if len(full) > _MAX_RESOURCE_NAME or not _DNS_SUBDOMAIN.match(short):
         return ("%s.rename: %s is not a resource name the device plugin accepts (lower-case letters, digits, '-' "
                 "and '.', %d characters at most with the nvidia.com/ prefix)" % (where, full, _MAX_RESOURCE_NAME))
-    return None
+    if by_default and isinstance(name, str) and full == resource_name(name) + _SHARED:
+        return None
+    # The plugin reads the key, then drops it with only a line in its log.
+    return ("%s.rename: the device plugin ignores rename and offers the replicas as the resource itself, or as "
+            "<name>.shared with renameByDefault: true; remove rename" % where)
 
 
 def _devices_problem(where, devices):
-    if devices == "all" or (_whole(devices) and devices > 0):
+    if devices == "all":
         return None
-    if isinstance(devices, list) and devices and all(
+    if (_whole(devices) and devices > 0) or (isinstance(devices, list) and devices and all(
             (_whole(item) and item >= 0) or (isinstance(item, str) and _DEVICE_REFERENCE.match(item))
-            for item in devices):
-        return None
-    return ("%s.devices: %r is not a device selection the device plugin accepts; write all, a count of 1 or more, "
-            "or a list of GPU indexes (0), MIG indexes (0:1) or UUIDs (GPU-..., MIG-...)" % (where, devices))
+            for item in devices)):
+        # Well formed, but the plugin shares every device of the resource whatever it says.
+        return ("%s.devices: the device plugin ignores a device selection and shares every device of the resource; "
+                "remove devices, or write all" % where)
+    return ("%s.devices: %r is not a device selection the device plugin accepts; write all (it shares every device "
+            "of the resource)" % (where, devices))
 
 
-def _resource_problems(where, resource, mig_strategy, kind):
+def _resource_problems(where, resource, mig_strategy, kind, by_default):
     if not isinstance(resource, dict):
         return ["%s: %r is not a mapping; write {name: nvidia.com/gpu, replicas: 4}" % (where, resource)]
     problems = _unknown_keys(resource, _RESOURCE_KEYS, where, "a shared resource")
@@ -169,7 +176,7 @@ def _resource_problems(where, resource, mig_strategy, kind):
                         "replicas; set 2 or more, or leave the resource out to offer it unshared"
                         % (where, replicas))
     if "rename" in resource:
-        problems.append(_rename_problem(where, resource["rename"]))
+        problems.append(_rename_problem(where, resource["rename"], resource.get("name"), by_default))
     if "devices" in resource:
         problems.append(_devices_problem(where, resource["devices"]))
     return [problem for problem in problems if problem]
@@ -191,7 +198,8 @@ def _block_problems(name, kind, block, mig_strategy):
         return problems
     seen = {}
     for index, resource in enumerate(resources):
-        problems += _resource_problems("%s.resources[%d]" % (where, index), resource, mig_strategy, kind)
+        problems += _resource_problems("%s.resources[%d]" % (where, index), resource, mig_strategy, kind,
+                                       block.get("renameByDefault") is True)
         full = resource_name(resource["name"]) if isinstance(resource, dict) and isinstance(
             resource.get("name"), str) and resource["name"] else None
         if full in seen:

@@ -27,6 +27,7 @@ def configs_with(name, path, value):
 
 
 DELETE = object()
+UUID = "5a4f8c2e-7f0b-4e55-9c3a-1b2d3e4f5a6b"
 TS_RESOURCE = ("sharing", "timeSlicing", "resources", 0)
 MPS_RESOURCE = ("sharing", "mps", "resources", 0)
 
@@ -45,7 +46,7 @@ def problems(configs, mig_strategy="none", default="ts-4", choice=""):
     ({"ts": {"sharing": {"timeSlicing": {"renameByDefault": True, "failRequestsGreaterThanOne": False,
                                          "resources": [{"name": "gpu", "replicas": 10, "devices": "all"},
                                                        {"name": "nvidia.com/mig-1g.10gb", "replicas": 2,
-                                                        "devices": [0, "1", "0:1"]}]}}}}, "", ""),
+                                                        "rename": "mig-1g.10gb.shared"}]}}}}, "", ""),
 ])
 def test_good_configs_pass(configs, default, choice):
     strategy = "mixed" if "ts" in (configs or {}) else "none"
@@ -80,13 +81,21 @@ def test_good_configs_pass(configs, default, choice):
      "under the mixed MIG strategy, and device_plugin_mig_strategy is none; name nvidia.com/gpu, or set "
      "device_plugin_mig_strategy: mixed"),
     ("ts-4", TS_RESOURCE + ("devices",), "some",
-     "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: 'some' is not a device selection"),
+     "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: 'some' is not a device selection the "
+     "device plugin accepts; write all"),
     ("ts-4", TS_RESOURCE + ("devices",), 0,
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: 0 is not a device selection"),
     ("ts-4", TS_RESOURCE + ("devices",), ["GPU-xyz"],
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: ['GPU-xyz'] is not a device selection"),
     ("ts-4", TS_RESOURCE + ("devices",), [],
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: [] is not a device selection"),
+    ("ts-4", TS_RESOURCE + ("devices",), [-1],
+     "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: [-1] is not a device selection"),
+    ("ts-4", TS_RESOURCE + ("devices",), 2,
+     "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: the device plugin ignores a device "
+     "selection and shares every device of the resource; remove devices, or write all"),
+    ("ts-4", TS_RESOURCE + ("devices",), [0, "1", "0:1", "GPU-%s" % UUID, "MIG-%s" % UUID, "MIG-GPU-%s/1/0" % UUID],
+     "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: the device plugin ignores"),
     ("ts-4", TS_RESOURCE + ("rename",), "Shared_GPU",
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].rename: nvidia.com/Shared_GPU is not a "
      "resource name the device plugin accepts"),
@@ -95,6 +104,9 @@ def test_good_configs_pass(configs, default, choice):
      % ("g" * 60)),
     ("ts-4", TS_RESOURCE + ("rename",), "",
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].rename: '' is not a resource name"),
+    ("ts-4", TS_RESOURCE + ("rename",), "gpu.shared",
+     "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].rename: the device plugin ignores rename and "
+     "offers the replicas as the resource itself, or as <name>.shared with renameByDefault: true; remove rename"),
     ("ts-4", TS_RESOURCE + ("replica",), 4,
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].replica: the device plugin does not know this "
      "key in a shared resource and would ignore it; known keys are name, rename, devices, replicas"),
