@@ -195,6 +195,7 @@ class Kubelet:
         self.process = None
         self.binary = build_binaries(kubelet=True) / "kubelet"
         self.config = self.work / "kubelet.yaml"
+        self.pod_logs = self.work / "pod-logs"     # <namespace>_<pod>_<uid> per pod: how the agent names pods
         self.config.write_text(json.dumps({
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
             "address": "127.0.0.1", "port": free_port(), "readOnlyPort": 0, "healthzPort": 0,
@@ -204,7 +205,7 @@ class Kubelet:
             "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False,
             "evictionHard": {}, "enforceNodeAllocatable": [], "resolvConf": "",
             "containerRuntimeEndpoint": "unix://%s" % containerd.socket,
-            "podLogsDir": str(self.work / "pod-logs"),
+            "podLogsDir": str(self.pod_logs),
             "registerWithTaints": [],
         }, indent=2))
 

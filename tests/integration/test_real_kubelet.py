@@ -6,14 +6,16 @@ containerd, joined to the test control plane."""
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
 from harness.agent import AgentProcess, pods_on_gpus
-from harness.common import wait_until
+from harness.common import replace_json, wait_until
 from harness.control_plane import read_object
 from harness.paths import scenario_uuids
-from harness.real_kubelet import Containerd, DevicePlugin, Kubelet, gpu_pod
+from harness.ansible import Ansible, venvs
+from harness.real_kubelet import ConfigFollower, Containerd, DevicePlugin, Kubelet, gpu_pod
 
 NODE = "kubelet-gpu-node"
 NAMESPACE = "ml"
@@ -105,5 +107,148 @@ def test_pods_sharing_a_gpu_by_time_slicing_are_all_named_on_its_series(access, 
 
         access.kubectl("delete", "pod", "notebook-a", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s")
         agent.wait_for(lambda: pods_on_gpus(agent)[5] == both[1:], 30)
+    finally:
+        agent.stop()
+
+
+# The device plugin configs the role deploys for the sharing tests, in NVIDIA's format.
+CONFIGS = {
+    "time-slicing-4": {"version": "v1", "sharing": {"timeSlicing": {
+        "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
+    "time-slicing-4-strict": {"version": "v1", "sharing": {"timeSlicing": {
+        "failRequestsGreaterThanOne": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
+    "mps-2": {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}},
+}
+SHARING_NAMESPACE = "dp-sharing"
+SHARED_SCENARIO = "h100_real"     # one H100: every replica is of the same GPU
+
+
+def _device_plugin_role(tmp_path, plane, choice):
+    """The device_plugin role for the real node, with CONFIGS, the node choosing ``choice``."""
+    play = tmp_path / "device-plugin.yml"
+    play.write_text("- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.device_plugin\n")
+    no_pci = tmp_path / "sys-without-gpus"
+    no_pci.mkdir(exist_ok=True)
+    variables = {"device_plugin_kubeconfig": str(plane.admin_kubeconfig), "device_plugin_sysfs": str(no_pci),
+                 "device_plugin_node_name": NODE, "device_plugin_namespace": SHARING_NAMESPACE,
+                 "device_plugin_nvidia_image": "registry.example.com/k8s-device-plugin:v0.20.0",
+                 "device_plugin_configs": CONFIGS, "device_plugin_default_config": "time-slicing-4",
+                 "device_plugin_config": choice}
+    done = Ansible(venvs()[-1]).playbook(str(play), SHARED_SCENARIO, "-e", json.dumps(variables))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.fixture
+def follower(access, real_node, tmp_path):
+    """NVIDIA's plugin as the node's config makes it (harness.real_kubelet.ConfigFollower), in place of the
+    module's plugin, which gets its eight GPUs back afterwards."""
+    kubelet, plugin = real_node
+    access.kubectl("create", "namespace", SHARING_NAMESPACE, check=False)
+    # whole GPUs without MIG: their UUIDs are all offered_devices reads
+    fact = {"nvml_available": True, "cardList": [{"uuid": uuid, "model": "NVIDIA H100 80GB HBM3"}
+                                                 for uuid in scenario_uuids(SHARED_SCENARIO)]}
+    follower = ConfigFollower(access, tmp_path, NODE, fact, "nvidia-device-plugin-configs", SHARING_NAMESPACE,
+                              plugins={GPU: plugin})
+    try:
+        yield follower
+    finally:
+        access.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s",
+                       check=False)
+        follower.stop(keep=[GPU])
+        plugin.one_replica_each = False
+        plugin.set_devices(scenario_uuids("h100_sxm_x8"))
+
+
+def test_moving_a_node_to_another_config_changes_what_it_offers(access, real_node, follower, tmp_path):
+    """Two configs deployed by the role; the node's label moves from time-slicing x4 to MPS x2 by a rerun with
+    another choice, and the kubelet's allocatable follows, with GFD's sharing labels."""
+    kubelet, _plugin = real_node
+    _device_plugin_role(tmp_path, access, "time-slicing-4")
+    assert follower.sync() == {GPU: [scenario_uuids(SHARED_SCENARIO)[0] + "::%d" % n for n in range(4)]}
+    wait_until(lambda: kubelet.allocatable(GPU) == "4", 60, "4 replicas allocatable on %s" % NODE, 0.2)
+    labels = read_object(access, "node", NODE)["metadata"]["labels"]
+    assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"],
+            labels["nvidia.com/mps.capable"]) == ("4", "time-slicing", "false")
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+
+    _device_plugin_role(tmp_path, access, "mps-2")
+    assert follower.config_name == "time-slicing-4"
+    follower.sync()
+    assert follower.config_name == "mps-2"
+    wait_until(lambda: kubelet.allocatable(GPU) == "2", 60, "2 replicas allocatable on %s" % NODE, 0.2)
+    labels = read_object(access, "node", NODE)["metadata"]["labels"]
+    assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"],
+            labels["nvidia.com/mps.capable"]) == ("2", "mps", "true")
+
+
+def test_a_pod_asking_for_two_replicas_is_refused_under_fail_requests_greater_than_one(
+        access, real_node, follower, tmp_path):
+    kubelet, _plugin = real_node
+    _device_plugin_role(tmp_path, access, "time-slicing-4-strict")
+    follower.sync()
+    wait_until(lambda: kubelet.allocatable(GPU) == "4", 60, "4 replicas allocatable on %s" % NODE, 0.2)
+    access.kubectl("create", "-f", "-", input_text=json.dumps(gpu_pod("greedy", NAMESPACE, NODE, 2)))
+    access.kubectl("create", "-f", "-", input_text=json.dumps(gpu_pod("modest", NAMESPACE, NODE, 1)))
+    wait_until(lambda: _pod_phase(access, "greedy") == "Failed", 60, "pod greedy refused", 0.5)
+    wait_until(lambda: _pod_phase(access, "modest") == "Running", 90, "pod modest Running", 0.5)
+    status = read_object(access, "pod", "greedy", namespace=NAMESPACE)["status"]
+    assert status["reason"] == "UnexpectedAdmissionError", status
+    assert "maximum request size for shared resources is 1; found 2" in status["message"], status
+
+
+def _container_pid(plane, name):
+    """The PID of pod ``name``'s container, found as the agent finds pods: by its cgroup, which names it."""
+    pod = read_object(plane, "pod", name, namespace=NAMESPACE)
+    container = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and container in (entry / "cgroup").read_text():
+                return int(entry.name)
+        except OSError:
+            continue
+    raise AssertionError("no process in a cgroup of container %s (pod %s)" % (container, name))
+
+
+def _memory_by_pod(agent):
+    """{pod: (MiB, vgpu)} of GPU 0's per-pod DCGM_FI_DEV_FB_USED series ('' for the whole GPU's)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {sample.labels.get("pod", ""): (sample.value, sample.labels.get("vgpu", ""))
+            for family in text_string_to_metric_families(agent.metrics_text()) for sample in family.samples
+            if sample.name == "DCGM_FI_DEV_FB_USED" and sample.labels["gpu"] == "0"}
+
+
+def test_four_pods_time_slicing_one_gpu_each_show_their_own_memory(
+        access, agent_command, real_node, follower, tmp_path):
+    """Four pods on one GPU of four replicas run on the real kubelet; the agent names each on that GPU's
+    memory series with its own figure, from its container's processes, and none once they end."""
+    kubelet, _plugin = real_node
+    _device_plugin_role(tmp_path, access, "time-slicing-4")
+    follower.sync()
+    wait_until(lambda: kubelet.allocatable(GPU) == "4", 60, "4 replicas allocatable on %s" % NODE, 0.2)
+    names = ["infer-%d" % n for n in range(4)]
+    for name in names:
+        access.kubectl("create", "-f", "-", input_text=json.dumps(gpu_pod(name, NAMESPACE, NODE, 1)))
+    for name in names:
+        wait_until(lambda name=name: _pod_phase(access, name) == "Running", 90, "pod %s Running" % name, 0.5)
+    agent = AgentProcess(agent_command, access, NODE, tmp_path, scenario=SHARED_SCENARIO,
+                         extra=("--pod-resources-socket", str(kubelet.pod_resources_socket),
+                                "--pod-resources-interval", "1", "--pod-logs-dir", str(kubelet.pod_logs)))
+    try:
+        data = json.loads(agent.scenario.read_text())
+        # what NVML lists for the GPU: each pod's process with memory of its own (1 to 4 GiB)
+        data["devices"][0]["processes"] = [{"pid": _container_pid(access, name), "usedGpuMemory": (n + 1) << 30}
+                                           for n, name in enumerate(names)]
+        replace_json(agent.scenario, data)
+        want = {name: 1024.0 * (n + 1) for n, name in enumerate(names)}
+        agent.wait_for(lambda: {pod: mib for pod, (mib, _vgpu) in _memory_by_pod(agent).items() if pod} == want, 20)
+        assert sorted(vgpu for pod, (_mib, vgpu) in _memory_by_pod(agent).items() if pod) == ["0", "1", "2", "3"]
+
+        for name in names:
+            access.kubectl("delete", "pod", name, "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s")
+        data["devices"][0]["processes"] = []        # their processes are gone, and NVML lists none
+        replace_json(agent.scenario, data)
+        agent.wait_for(lambda: list(_memory_by_pod(agent)) == [""], 30)
     finally:
         agent.stop()
