@@ -451,8 +451,8 @@ def test_named_configs_reach_the_configmap_the_plugin_and_each_node(ansible, con
     assert again.returncode == 0, again.stdout + again.stderr
     assert recap(again.stdout, node_b)["changed"] == 0, again.stdout
     # the config label, and GFD's sharing labels where node_labels is given the config
-    assert set(changed_tasks(again.stdout)) <= {"Label node %s" % node_a,
-                                                 "Label with its device plugin config the node %s" % node_a}
+    label_tasks = {"Label node %s" % node_a, "Label with its device plugin config the node %s" % node_a}
+    assert set(changed_tasks(again.stdout)) <= label_tasks
     assert "Label with its device plugin config the node %s" % node_a in changed_tasks(again.stdout)
     assert sharing_objects(plane, namespace) == before
     assert node_labels(plane, node_a) == dict(node_labels(plane, node_a), **{CONFIG_LABEL: "mps-2"})

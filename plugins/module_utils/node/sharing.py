@@ -261,8 +261,8 @@ def one_config_problems(name, config, mig_strategy):
 
 def _choice_problems(configs, default, choice, flavor):
     if not configs:
-        set_without = [variable for variable, value in (("device_plugin_default_config", default),
-                                                       ("device_plugin_config", choice)) if value]
+        chosen = (("device_plugin_default_config", default), ("device_plugin_config", choice))
+        set_without = [variable for variable, value in chosen if value]
         return ["%s is set, but %s is empty; define the config there, or leave %s unset"
                 % (variable, VARIABLE, variable) for variable in set_without]
     problems = []

@@ -91,7 +91,7 @@ def test_good_configs_pass(configs, default, choice):
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: [] is not a device selection"),
     ("ts-4", TS_RESOURCE + ("devices",), [-1],
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: [-1] is not a device selection"),
-    ("ts-4", TS_RESOURCE + ("devices",), 2,
+    ("ts-4", TS_RESOURCE + ("devices",), 1,
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].devices: the device plugin ignores a device "
      "selection and shares every device of the resource; remove devices, or write all"),
     ("ts-4", TS_RESOURCE + ("devices",), [0, "1", "0:1", "GPU-%s" % UUID, "MIG-%s" % UUID, "MIG-GPU-%s/1/0" % UUID],
@@ -99,9 +99,11 @@ def test_good_configs_pass(configs, default, choice):
     ("ts-4", TS_RESOURCE + ("rename",), "Shared_GPU",
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].rename: nvidia.com/Shared_GPU is not a "
      "resource name the device plugin accepts"),
-    ("ts-4", TS_RESOURCE + ("rename",), "g" * 60,
+    ("ts-4", TS_RESOURCE + ("rename",), "g" * 53,           # 64 characters with the prefix
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].rename: nvidia.com/%s is not a resource name"
-     % ("g" * 60)),
+     % ("g" * 53)),
+    ("ts-4", TS_RESOURCE + ("rename",), "g" * 52,           # 63: a name, but one the plugin ignores
+     "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].rename: the device plugin ignores rename"),
     ("ts-4", TS_RESOURCE + ("rename",), "",
      "device_plugin_configs['ts-4'].sharing.timeSlicing.resources[0].rename: '' is not a resource name"),
     ("ts-4", TS_RESOURCE + ("rename",), "gpu.shared",
@@ -223,8 +225,8 @@ def test_configs_need_the_nvidia_flavor_and_a_mapping_and_a_known_strategy():
         "set device_plugin_flavor: nvidia or leave device_plugin_configs empty"]
     assert sharing.config_problems(["ts-4"]) == [
         "device_plugin_configs: ['ts-4'] is not a mapping of config names to configs"]
-    assert sharing.config_problems(CONFIGS, "mixd", "ts-4") == ["device_plugin_mig_strategy: 'mixd' is none, single "
-                                                               "or mixed"]
+    assert sharing.config_problems(CONFIGS, "mixd", "ts-4") == [
+        "device_plugin_mig_strategy: 'mixd' is none, single or mixed"]
 
 
 def test_completed_fills_in_version_and_the_mig_strategy_and_keeps_the_rest():
@@ -259,7 +261,7 @@ def test_mps_is_refused_on_a_host_with_mig_enabled():
 
 
 @pytest.mark.parametrize("capabilities, replicas, limit, gpu", [
-    (("9.0", "6.1"), 17, 16, 1), (("7.0", "9.0"), 17, 16, 0), (("9.0", "7.5"), 49, 48, 0), (("8.0",), 49, 48, 0)])
+    (("9.0", "6.1"), 17, 16, 1), (("7.0", "9.0"), 17, 16, 0), (("7.4",), 17, 16, 0), (("9.0", "7.5"), 49, 48, 0), (("8.0",), 49, 48, 0)])
 def test_mps_replicas_beyond_the_clients_a_gpu_takes_are_refused(capabilities, replicas, limit, gpu):
     configs = configs_with("mps-2", MPS_RESOURCE + ("replicas",), replicas)
     fact = {"cardList": [card(capability) for capability in capabilities]}
