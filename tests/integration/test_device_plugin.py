@@ -443,6 +443,9 @@ def test_named_configs_reach_the_configmap_the_plugin_and_each_node(ansible, con
     assert [c["command"] for c in mps_spec["containers"]] == [["/usr/bin/mps-control-daemon"], ["config-manager"]]
     assert config_manager_env(mps_spec["containers"][1])["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
     assert mps_spec["containers"][0]["image"] == plugin["image"]
+    # the daemon's selector reaches the MPS node only (node_labels writes mps.capable from the node's config)
+    capable = plane.kubectl("get", "nodes", "-l", "nvidia.com/mps.capable=true", "-o", "name").stdout.split()
+    assert "node/%s" % node_b in capable and "node/%s" % node_a not in capable
 
     # node a switches too: only its labels change, nothing the plugin runs
     before = sharing_objects(plane, namespace)
