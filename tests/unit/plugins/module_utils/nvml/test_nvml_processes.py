@@ -55,7 +55,7 @@ def test_each_read_asks_only_for_samples_newer_than_the_last_seen(scenario_file,
     session.read(["telemetry"])
     # two samples of one process: their mean
     assert reader(0)["utilization"] == {101: {"smUtil": 30, "memUtil": 0, "encUtil": 0, "decUtil": 0},
-                                                     102: {"smUtil": 10, "memUtil": 0, "encUtil": 0, "decUtil": 0}}
+                                        102: {"smUtil": 10, "memUtil": 0, "encUtil": 0, "decUtil": 0}}
     # nothing newer than 2000: NVML answers NOT_FOUND, read as "no process sampled since"
     assert reader(0)["utilization"] == {}
     replace_json(path, shared(data, [{"pid": 101, "usedGpuMemory": GIB, "smUtil": 90, "utilTimestamp": 1999},
