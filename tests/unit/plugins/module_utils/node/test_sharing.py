@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import pathlib
 
 import pytest
+import yaml
 
 from ansible_collections.scv.gpu.plugins.module_utils.node import sharing
 
@@ -277,3 +279,30 @@ def test_hosts_whose_facts_say_nothing_pass():
     assert sharing.host_problems(CONFIGS, "mps-2", {"nvml_available": False}, "n") == []
     assert sharing.host_problems(CONFIGS, "mps-2", {"cardList": [{"computeCapability": ""}]}, "n") == []
     assert sharing.host_problems(CONFIGS, "mps-2", None, "n") == []
+
+
+# The configs NVIDIA's binaries were run with for the fixtures (tools/gfd/sharing-configs): what NVIDIA refuses
+# and what it ignores is refused here; what it serves as written passes.
+NVIDIA_CONFIGS = pathlib.Path(__file__).resolve().parents[5] / "tools" / "gfd" / "sharing-configs"
+REFUSED_EVERYWHERE = {"bad-devices", "bad-no-replicas", "bad-no-resources", "bad-replicas-0", "bad-replicas-1",
+                      "bad-resource-name", "bad-version",                      # NVIDIA refuses them
+                      "mps-and-time-slicing", "unknown-resource", "time-slicing-4-custom-ignored",   # it ignores
+                      "mps-mig"}                                               # MPS on MIG
+
+
+@pytest.mark.parametrize("path", sorted(NVIDIA_CONFIGS.glob("*.yaml")), ids=lambda path: path.stem)
+def test_the_configs_nvidia_was_run_with_are_judged_as_nvidia_judged_them(path):
+    config = yaml.safe_load(path.read_text())
+    for strategy in ("none", "single", "mixed"):
+        found = sharing.config_problems({path.stem: config}, strategy)
+        mps = sharing.sharing_kind(config) == "mps"
+        refused = (path.stem in REFUSED_EVERYWHERE or (mps and strategy == "mixed")
+                   or (path.stem == "time-slicing-mig" and strategy != "mixed"))
+        assert bool(found) == refused, (strategy, found)
+
+
+@pytest.mark.parametrize("name, capability, refused", [("mps-20", "6.1", True), ("mps-20", "9.0", False),
+                                                       ("mps-49", "9.0", True), ("mps-2", "6.1", False)])
+def test_the_mps_replica_limits_nvidia_recorded(name, capability, refused):
+    configs = {name: yaml.safe_load((NVIDIA_CONFIGS / (name + ".yaml")).read_text())}
+    assert bool(sharing.host_problems(configs, name, {"cardList": [card(capability)]}, "n")) == refused
