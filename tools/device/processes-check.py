@@ -47,7 +47,7 @@ while True:
 
 def median_ms(call, times=200):
     samples = []
-    for _ in range(times):
+    for _time in range(times):
         started = time.perf_counter()
         try:
             call()
@@ -104,7 +104,7 @@ def processes_info(handle, since=0):
 
 def smi(*args):
     try:
-        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.SubprocessError) as error:
         return str(error)
 
@@ -141,7 +141,7 @@ def stop_workers(workers, handle):
 
 def watch(handle, seconds):
     readings, since = [], 0
-    for _ in range(seconds):
+    for _second in range(seconds):
         time.sleep(1)
         got = samples(handle, since)
         if isinstance(got, list) and got:
@@ -172,14 +172,15 @@ def mps(handle, count, report):
     env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=tmp + "/pipe", CUDA_MPS_LOG_DIRECTORY=tmp + "/log")
     os.makedirs(env["CUDA_MPS_PIPE_DIRECTORY"])
     os.makedirs(env["CUDA_MPS_LOG_DIRECTORY"])
-    daemon = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, timeout=30)
+    daemon = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, timeout=30, check=False)
     report["mps"] = {"start": [daemon.returncode, daemon.stdout, daemon.stderr]}
     try:
         shared(handle, count, report["mps"], "clients", env)
     except Exception as error:  # noqa: BLE001 - a report of what failed is the point here
         report["mps"]["error"] = repr(error)
     finally:
-        stop = subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=30)
+        stop = subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=30,
+                              check=False)
         report["mps"]["quit"] = [stop.returncode, stop.stdout, stop.stderr]
         time.sleep(2)
         report["mps"]["afterQuit"] = processes(handle)
@@ -199,6 +200,7 @@ def main():
               "pynvml": getattr(pynvml, "__version__", "?"), "kernel": os.uname().release,
               "computeMode": outcome(lambda: pynvml.nvmlDeviceGetComputeMode(handle)),
               "idle": {"processes": processes(handle), "samples0": samples(handle, 0), "costs": costs(handle)}}
+
     def save():
         with open(args.out, "w") as out:
             json.dump(report, out, indent=1, default=str)
