@@ -118,12 +118,14 @@ CONFIGS = {
     "time-slicing-4-strict": {"version": "v1", "sharing": {"timeSlicing": {
         "failRequestsGreaterThanOne": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
     "mps-2": {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}},
+    "time-slicing-4-renamed": {"version": "v1", "sharing": {"timeSlicing": {
+        "renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
 }
 SHARING_NAMESPACE = "dp-sharing"
 SHARED_SCENARIO = "h100_real"     # one H100: every replica is of the same GPU
 
 
-def _device_plugin_role(tmp_path, plane, choice):
+def _device_plugin_role(tmp_path, plane, choice, **settings):
     """The device_plugin role for the real node, with CONFIGS, the node choosing ``choice``."""
     play = tmp_path / "device-plugin.yml"
     play.write_text("- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.device_plugin\n")
@@ -134,6 +136,7 @@ def _device_plugin_role(tmp_path, plane, choice):
                  "device_plugin_nvidia_image": "registry.example.com/k8s-device-plugin:v0.20.0",
                  "device_plugin_configs": CONFIGS, "device_plugin_default_config": "time-slicing-4",
                  "device_plugin_config": choice}
+    variables.update(settings)
     done = Ansible(venvs()[-1]).playbook(str(play), SHARED_SCENARIO, "-e", json.dumps(variables))
     assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -180,6 +183,24 @@ def test_moving_a_node_to_another_config_changes_what_it_offers(access, real_nod
     labels = read_object(access, "node", NODE)["metadata"]["labels"]
     assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"],
             labels["nvidia.com/mps.capable"]) == ("2", "mps", "true")
+
+
+def test_renamed_shares_are_offered_as_their_own_resource_and_the_role_waits_for_them(
+        access, real_node, follower, tmp_path):
+    """renameByDefault: the replicas are nvidia.com/gpu.shared, nvidia.com/gpu is offered no more, the product has
+    no -SHARED; device_plugin_verify_allocatable counts the renamed resource as the node's offer."""
+    kubelet, _plugin = real_node
+    access.kubectl("label", "node", NODE, "--overwrite", "nvidia.com/device-plugin.config=time-slicing-4-renamed")
+    # the role's own ConfigMap first, then the node's plugin follows its label, then the role checks the offer
+    _device_plugin_role(tmp_path, access, "time-slicing-4-renamed")
+    follower.sync()
+    wait_until(lambda: kubelet.allocatable(GPU + ".shared") == "4", 60, "4 shares allocatable on %s" % NODE, 0.2)
+    wait_until(lambda: kubelet.allocatable(GPU) == "0", 60, "no whole GPU allocatable on %s" % NODE, 0.2)
+    _device_plugin_role(tmp_path, access, "time-slicing-4-renamed", device_plugin_verify_allocatable=True,
+                        device_plugin_wait_timeout=20, device_plugin_gpu_label_key="scv.test/shared-gpu")
+    labels = read_object(access, "node", NODE)["metadata"]["labels"]
+    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.replicas"]) == ("NVIDIA-H100-80GB-HBM3", "4")
+    access.kubectl("label", "node", NODE, "scv.test/shared-gpu-")
 
 
 def test_a_pod_asking_for_two_replicas_is_refused_under_fail_requests_greater_than_one(
