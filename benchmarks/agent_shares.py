@@ -23,7 +23,6 @@ import platform
 import shutil
 import tempfile
 import time
-import uuid
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import device_holders, device_replicas
@@ -33,7 +32,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
 
 from harness.paths import scenario_path
-from harness.pod_cgroups import PodProcesses, cgroup_root
+from harness.pod_cgroups import PodProcesses, cgroup_root, time_slice
 
 PODS_PER_GPU = 4
 
@@ -59,17 +58,10 @@ class Holders:
 def shared_node(work, processes):
     """The scenario's path, the pod logs directory and the pod-resources entries of 8 GPUs x 4 pods."""
     data = json.loads(scenario_path("h100_sxm_x8").read_text())
-    logs, answer = work / "pod-logs", []
-    for index, device in enumerate(data["devices"]):
-        device["utilization"]["gpu"] = 60
-        device["processes"] = []
-        for replica in range(PODS_PER_GPU):
-            name, uid = "job-%d-%d" % (index, replica), str(uuid.uuid4())
-            (logs / ("bench_%s_%s" % (name, uid))).mkdir(parents=True)
-            device["processes"].append({"pid": processes.start(uid), "usedGpuMemory": (replica + 1) << 30,
-                                        "smUtil": 10 + 5 * replica})
-            answer.append({"namespace": "bench", "pod": name, "container": "main", "resource": "nvidia.com/gpu",
-                           "device_ids": ["%s::%d" % (device["uuid"], replica)]})
+    logs = work / "pod-logs"
+    answer = [{"namespace": "bench", "pod": name, "container": "main", "resource": "nvidia.com/gpu",
+               "device_ids": ["%s::%d" % (gpu, replica)]}
+              for name, gpu, replica in time_slice(data, processes, logs, PODS_PER_GPU)]
     scenario = work / "scenario.json"
     scenario.write_text(json.dumps(data))
     return scenario, logs, answer

@@ -52,7 +52,7 @@ from harness.common import free_port, wait_until
 from harness.control_plane import ControlPlane, install_scv_crd
 from harness.kubelet_podresources import StandInKubelet, generate, pod
 from harness.paths import COLLECTIONS, ROOT, SIMULATOR_DIR, scenario_path
-from harness.pod_cgroups import PodProcesses, cgroup_root
+from harness.pod_cgroups import PodProcesses, cgroup_root, time_slice
 
 TICK = os.sysconf("SC_CLK_TCK")
 FRESHNESS_CHANGES = 5
@@ -161,20 +161,10 @@ PODS_PER_GPU = 4
 def sharing_kubelet(work, scenario, processes):
     """A started stand-in kubelet whose answer time-slices every GPU of ``scenario`` among 4 pods, each with a
     process (from ``processes``, a PodProcesses) on its GPU in the scenario; the pod logs directory naming them."""
-    import uuid
-
     data = json.loads(scenario.read_text())
     logs = work / "pod-logs"
-    pods = []
-    for index, device in enumerate(data["devices"]):
-        device["utilization"]["gpu"] = 60
-        device["processes"] = []
-        for replica in range(PODS_PER_GPU):
-            name, uid = "job-%d-%d" % (index, replica), str(uuid.uuid4())
-            (logs / ("bench_%s_%s" % (name, uid))).mkdir(parents=True)
-            device["processes"].append({"pid": processes.start(uid), "usedGpuMemory": (replica + 1) << 30,
-                                        "smUtil": 10 + 5 * replica})
-            pods.append(pod(name, "bench", ("main", [("nvidia.com/gpu", ["%s::%d" % (device["uuid"], replica)])])))
+    pods = [pod(name, "bench", ("main", [("nvidia.com/gpu", ["%s::%d" % (gpu, replica)])]))
+            for name, gpu, replica in time_slice(data, processes, logs, PODS_PER_GPU)]
     scenario.write_text(json.dumps(data))
     kubelet = StandInKubelet(generate(work / "podresources"), work / "pod-resources.sock")
     kubelet.pods = pods

@@ -49,3 +49,20 @@ class PodProcesses:
                 group.rmdir()
         if self.top.exists():
             self.top.rmdir()
+
+
+def time_slice(data, processes, logs, pods_per_gpu):
+    """Shares every GPU of scenario ``data`` among ``pods_per_gpu`` pods of namespace ``bench``, as benchmarks do:
+    each pod gets a process (from ``processes``, a PodProcesses) on its GPU in ``data``, holding 1, 2, ... GiB
+    and sampled busy, and an entry in the pod logs directory ``logs``. Returns (pod, GPU UUID, replica) of each."""
+    held = []
+    for index, device in enumerate(data["devices"]):
+        device["utilization"]["gpu"] = 60
+        device["processes"] = []
+        for replica in range(pods_per_gpu):
+            name, uid = "job-%d-%d" % (index, replica), str(uuid.uuid4())
+            (logs / ("bench_%s_%s" % (name, uid))).mkdir(parents=True)
+            device["processes"].append({"pid": processes.start(uid), "usedGpuMemory": (replica + 1) << 30,
+                                        "smUtil": 10 + 5 * replica})
+            held.append((name, device["uuid"], replica))
+    return held

@@ -2895,29 +2895,45 @@ static void sim_no_samples_cost(const char *function)
         sim_spend(SIM_REAL_NO_SAMPLES_NS);
 }
 
+/*
+ * The samples newer than last_seen that a query may copy: their number, with *count set to it, when the caller
+ * gave room for them all; else 0, with the query's answer in *rc (NOT_SUPPORTED, NOT_FOUND, or
+ * INSUFFICIENT_SIZE with *count set to the number needed).
+ */
+static int sim_samples_query(const sim_device *dev, unsigned long long last_seen, unsigned int *count,
+                             int room_given, const char *function, sim_process_sample *samples, nvmlReturn_t *rc)
+{
+    int n = sim_process_samples(dev, last_seen, samples, SIM_MAX_PROCESS_SAMPLES);
+
+    if (n <= 0 || n > SIM_MAX_PROCESS_SAMPLES) {
+        if (n == 0)
+            sim_no_samples_cost(function);
+        *rc = n < 0 ? NVML_ERROR_NOT_SUPPORTED : n == 0 ? NVML_ERROR_NOT_FOUND : NVML_ERROR_UNKNOWN;
+        return 0;
+    }
+    if (!room_given || *count < (unsigned int)n) {
+        *count = (unsigned int)n;
+        *rc = NVML_ERROR_INSUFFICIENT_SIZE;
+        return 0;
+    }
+    *count = (unsigned int)n;
+    return n;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                                         unsigned int *processSamplesCount,
                                                         unsigned long long lastSeenTimeStamp)
 {
     sim_process_sample samples[SIM_MAX_PROCESS_SAMPLES];
+    nvmlReturn_t rc;
     int n;
 
     SIM_DEVICE_CALL(device, dev);
     if (!processSamplesCount)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    n = sim_process_samples(&dev, lastSeenTimeStamp, samples, SIM_MAX_PROCESS_SAMPLES);
-    if (n < 0)
-        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
-    if (n == 0) {
-        sim_no_samples_cost(__func__);
-        SIM_RETURN(NVML_ERROR_NOT_FOUND);
-    }
-    if (n > SIM_MAX_PROCESS_SAMPLES)
-        SIM_RETURN(NVML_ERROR_UNKNOWN);
-    if (!utilization || *processSamplesCount < (unsigned int)n) {
-        *processSamplesCount = (unsigned int)n;
-        SIM_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
-    }
+    n = sim_samples_query(&dev, lastSeenTimeStamp, processSamplesCount, utilization != NULL, __func__, samples, &rc);
+    if (!n)
+        SIM_RETURN(rc);
     for (int i = 0; i < n; i++) {
         utilization[i].pid = samples[i].pid;
         utilization[i].timeStamp = samples[i].timeStamp;
@@ -2926,7 +2942,6 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvm
         utilization[i].encUtil = samples[i].enc;
         utilization[i].decUtil = samples[i].dec;
     }
-    *processSamplesCount = (unsigned int)n;
     SIM_RETURN(NVML_SUCCESS);
 }
 
@@ -2936,6 +2951,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t devic
 {
     sim_process_sample samples[SIM_MAX_PROCESS_SAMPLES];
     nvmlProcessUtilizationInfo_v1_t *out;
+    nvmlReturn_t rc;
     int n;
 
     SIM_DEVICE_CALL(device, dev);
@@ -2943,20 +2959,11 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t devic
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     if (procesesUtilInfo->version != nvmlProcessesUtilizationInfo_v1)
         SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
-    n = sim_process_samples(&dev, procesesUtilInfo->lastSeenTimeStamp, samples, SIM_MAX_PROCESS_SAMPLES);
-    if (n < 0)
-        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
-    if (n == 0) {
-        sim_no_samples_cost(__func__);
-        SIM_RETURN(NVML_ERROR_NOT_FOUND);
-    }
-    if (n > SIM_MAX_PROCESS_SAMPLES)
-        SIM_RETURN(NVML_ERROR_UNKNOWN);
     out = procesesUtilInfo->procUtilArray;
-    if (!out || procesesUtilInfo->processSamplesCount < (unsigned int)n) {
-        procesesUtilInfo->processSamplesCount = (unsigned int)n;
-        SIM_RETURN(NVML_ERROR_INSUFFICIENT_SIZE);
-    }
+    n = sim_samples_query(&dev, procesesUtilInfo->lastSeenTimeStamp, &procesesUtilInfo->processSamplesCount,
+                          out != NULL, __func__, samples, &rc);
+    if (!n)
+        SIM_RETURN(rc);
     for (int i = 0; i < n; i++) {
         out[i].timeStamp = samples[i].timeStamp;
         out[i].pid = samples[i].pid;
@@ -2967,7 +2974,6 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t devic
         out[i].jpgUtil = samples[i].jpg;
         out[i].ofaUtil = samples[i].ofa;
     }
-    procesesUtilInfo->processSamplesCount = (unsigned int)n;
     SIM_RETURN(NVML_SUCCESS);
 }
 
