@@ -15,7 +15,6 @@ variable and the key and saying what to change.
 
 from __future__ import annotations
 
-import copy
 import re
 
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import MIG_STRATEGIES, label_problem
@@ -82,9 +81,19 @@ def default_config(configs, default):
     return ""
 
 
+def _plain(value):
+    """A copy of nested mappings and lists as plain dicts and lists: what Ansible hands a filter may be its own lazy
+    containers, which copy.deepcopy cannot copy on ansible-core 2.19."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
 def completed(config, mig_strategy):
     """The config as the role writes it: version v1 and the role's MIG strategy filled in where left out."""
-    config = copy.deepcopy(config)
+    config = _plain(config)
     flags = dict(config.pop("flags", None) or {})
     flags["migStrategy"] = flags.get("migStrategy", mig_strategy)
     done = {"version": config.pop("version", VERSION), "flags": flags}
