@@ -72,6 +72,8 @@ SCV_CARD_GAUGES = (
 # dcgm-exporter writes "hostname" since d5e5f51 (May 2026); "Hostname" made duplicate series when
 # joined with other exporters.
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname")
+# The labels of the agent's own per-card series.
+SCV_LABELS = ("node", "gpu", "uuid")
 
 
 def served_fields(served):
@@ -174,8 +176,50 @@ def card_rows(rows, value, figure, share):
     return found
 
 
+def families(snapshot):
+    """Each series family of a snapshot (node, facts, last XIDs, counters, pods, shares): (name, "gauge" or
+    "counter", help text, label names, [(label values, value), ...])."""
+    node = snapshot["node"]
+    cards = (snapshot["facts"] or {}).get("cardList") or []
+    served = SERVED if snapshot.get("served") is None else snapshot["served"]   # a file may name none
+    driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
+    labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
+    pods, shares = snapshot.get("pods"), snapshot.get("shares") or {}
+    if pods is not None:
+        labels += POD_LABELS
+    # Each card's label values: one set, or one per container holding it.
+    series = {}
+    for card in cards:
+        base, key = dcgm_labels(card, node, driver), card.get("id")
+        vgpu = shares.get(key, {}).get("holders", {})
+        series[key] = [base] if pods is None else [
+            base + list(holder) + [vgpu.get(holder, "")] for holder in pods.get(key, NOBODY)]
+    last = snapshot["last_xids"]
+    for metric, path, text in DCGM_CARD_GAUGES + ((XID_ERRORS, None, "Value of the last XID error encountered."),):
+        if metric not in served:
+            continue
+        figure = PER_POD.get(metric) if pods is not None else None
+        rows = []
+        for card in cards:
+            value = last.get(card.get("id"), 0) if path is None else _field(card, path)
+            if value is not None:
+                rows += card_rows(series[card.get("id")], value, figure, shares.get(card.get("id")))
+        yield metric, "gauge", text, labels + (("pod_uid",) if figure else ()), rows
+
+    for metric, field, text in SCV_CARD_GAUGES:
+        yield metric, "gauge", text, SCV_LABELS, [
+            ([node, str(card["id"]), card.get("uuid", "")], card[field]) for card in cards if card.get(field) is not None]
+    yield "scv_gpu_healthy", "gauge", "1 when the card is Healthy.", SCV_LABELS, [
+        ([node, str(card["id"]), card.get("uuid", "")], int(card.get("health") == "Healthy")) for card in cards]
+    yield ("scv_agent_scv_contested", "gauge", "1 while another writer keeps changing this node's Scv status and the "
+           "agent holds its own writes.", (), [((), int(bool(snapshot.get("contested"))))])
+    helps = dict(_OTHER_COUNTERS, **{"scv_agent_%s" % name: text for name, text in COUNTERS})
+    for name, value in snapshot["counters"].items():
+        yield name, "counter", helps[name], (), [((), value)]
+
+
 class SnapshotCollector:
-    """A prometheus_client collector over what ``snapshot()`` returns: node, facts, last XIDs, counters."""
+    """prometheus_client's view of what ``snapshot()`` returns: the reference :func:`exposition` is held to."""
 
     def __init__(self, snapshot):
         self.snapshot = snapshot
@@ -183,51 +227,11 @@ class SnapshotCollector:
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        snapshot = self.snapshot()
-        node = snapshot["node"]
-        cards = (snapshot["facts"] or {}).get("cardList") or []
-        served = SERVED if snapshot.get("served") is None else snapshot["served"]   # a file may name none
-        driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
-        labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
-        pods, shares = snapshot.get("pods"), snapshot.get("shares") or {}
-        if pods is not None:
-            labels += POD_LABELS
-        # Each card's label values: one set, or one per container holding it.
-        series = {}
-        for card in cards:
-            base, key = dcgm_labels(card, node, driver), card.get("id")
-            vgpu = shares.get(key, {}).get("holders", {})
-            series[key] = [base] if pods is None else [
-                base + list(holder) + [vgpu.get(holder, "")] for holder in pods.get(key, NOBODY)]
-        last = snapshot["last_xids"]
-        for metric, path, text in DCGM_CARD_GAUGES + ((XID_ERRORS, None, "Value of the last XID error encountered."),):
-            if metric not in served:
-                continue
-            figure = PER_POD.get(metric) if pods is not None else None
-            family = GaugeMetricFamily(metric, text, labels=labels + (("pod_uid",) if figure else ()))
-            for card in cards:
-                value = last.get(card.get("id"), 0) if path is None else _field(card, path)
-                if value is not None:
-                    for values, shown in card_rows(series[card.get("id")], value, figure, shares.get(card.get("id"))):
-                        family.add_metric(values, shown)
+        for name, kind, text, names, rows in families(self.snapshot()):
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, text, labels=names)
+            for values, value in rows:
+                family.add_metric(list(values), value)
             yield family
-
-        for metric, field, text in SCV_CARD_GAUGES:
-            family = GaugeMetricFamily(metric, text, labels=("node", "gpu", "uuid"))
-            for card in cards:
-                if card.get(field) is not None:
-                    family.add_metric([node, str(card["id"]), card.get("uuid", "")], card[field])
-            yield family
-        healthy = GaugeMetricFamily("scv_gpu_healthy", "1 when the card is Healthy.", labels=("node", "gpu", "uuid"))
-        for card in cards:
-            healthy.add_metric([node, str(card["id"]), card.get("uuid", "")], int(card.get("health") == "Healthy"))
-        yield healthy
-
-        yield GaugeMetricFamily("scv_agent_scv_contested", "1 while another writer keeps changing this node's Scv "
-                                "status and the agent holds its own writes.", value=int(bool(snapshot.get("contested"))))
-        helps = dict(_OTHER_COUNTERS, **{"scv_agent_%s" % name: text for name, text in COUNTERS})
-        for name, value in snapshot["counters"].items():
-            yield CounterMetricFamily(name, helps[name], value=value)
 
 
 def load():
@@ -240,10 +244,28 @@ def load():
     import prometheus_client.core  # noqa: F401  pylint: disable=unused-import
 
 
-def exposition(snapshot):
-    """The Prometheus text of what ``snapshot()`` (a function) returns."""
-    from prometheus_client import CollectorRegistry, generate_latest
+def _escaped(value):
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
-    return generate_latest(registry)
+
+def exposition(snapshot):
+    """The Prometheus text (format 0.0.4) of what ``snapshot()`` (a function) returns, byte for byte what
+    prometheus_client's ``generate_latest`` writes for :class:`SnapshotCollector`. The label text of each set of
+    label values is made once per scrape, not once per series: with pod attribution a shared GPU's every series
+    is served once per pod, and most of a scrape went into writing the same labels again."""
+    from prometheus_client.utils import floatToGoString
+
+    lines, label_texts = [], {}
+    for name, kind, text, names, rows in families(snapshot()):
+        shown = name + "_total" if kind == "counter" else name
+        lines.append("# HELP %s %s\n# TYPE %s %s\n"
+                     % (shown, text.replace("\\", r"\\").replace("\n", r"\n"), shown, kind))
+        order = sorted(range(len(names)), key=names.__getitem__)
+        for values, value in rows:
+            key = (names, tuple(values))
+            label_text = label_texts.get(key)
+            if label_text is None:
+                label_text = label_texts[key] = "{%s}" % ",".join(
+                    '%s="%s"' % (names[position], _escaped(values[position])) for position in order) if names else ""
+            lines.append("%s%s %s\n" % (shown, label_text, floatToGoString(value)))
+    return "".join(lines).encode("utf-8")

@@ -1,0 +1,46 @@
+"""The agent's Prometheus text is, byte for byte, what prometheus_client's generate_latest writes for the same
+series: the exposition writes each label set's text once per scrape instead of once per series."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import SnapshotCollector, exposition
+
+
+def reference(snapshot):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot))
+    return generate_latest(registry)
+
+
+def card(index, **extra):
+    found = {"id": index, "uuid": "GPU-%d" % index, "pciBusId": "00000000:%02X:00.0" % index,
+             "model": "NVIDIA H100 80GB HBM3", "health": "Healthy", "usedMemory": 1024 * index,
+             "freeMemory": 80000, "temperature": 40 + index, "gpuUtilization": 10 * index, "powerUsage": 101.5}
+    found.update(extra)
+    return found
+
+
+CARDS = [card(0), card(1, model='a "quoted"\\odd\nname', health="Unhealthy"), card(2, temperature=None)]
+
+
+@pytest.mark.parametrize("pods, shares, served", [
+    (None, {}, None),                                            # no pod attribution
+    ({0: [("", "", "")], 1: [("a", "ml", "c"), ("b", "ml", "c")], 2: [("x", "ns", "main")]},   # GPU 1 shared
+     {1: {"holders": {("a", "ml", "c"): "0", ("b", "ml", "c"): "1,2"}, "split": {"memory": True, "utilization": False},
+          "pods": {("a", "ml"): {"uid": "u-a", "memory": 100}, ("b", "ml"): {"uid": "u-b", "memory": 200}}}},
+     None),
+    (None, {}, frozenset(["DCGM_FI_DEV_FB_USED"])),              # a counters file naming one series, no driver label
+], ids=["no-pods", "shared", "one-series"])
+def test_the_exposition_is_what_prometheus_client_writes(pods, shares, served):
+    def snapshot():
+        return {"node": "node-1", "facts": {"cardList": CARDS, "driver_version": "580.159.04"},
+                "last_xids": {1: 79}, "counters": {"scv_agent_ticks": 12, "scv_agent_nvml_seconds": 0.25},
+                "served": served, "pods": pods, "shares": shares, "contested": True}
+
+    text = exposition(snapshot)
+    assert text == reference(snapshot)
+    assert b'modelName="a \\"quoted\\"\\\\odd\\nname"' in text or served is not None
