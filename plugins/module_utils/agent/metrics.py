@@ -218,22 +218,6 @@ def families(snapshot):
         yield name, "counter", helps[name], (), [((), value)]
 
 
-class SnapshotCollector:
-    """prometheus_client's view of what ``snapshot()`` returns: the reference :func:`exposition` is held to."""
-
-    def __init__(self, snapshot):
-        self.snapshot = snapshot
-
-    def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        for name, kind, text, names, rows in families(self.snapshot()):
-            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, text, labels=names)
-            for values, value in rows:
-                family.add_metric(list(values), value)
-            yield family
-
-
 def load():
     """Imports prometheus_client now: an agent that serves metrics calls it at start-up.
 
@@ -250,9 +234,10 @@ def _escaped(value):
 
 def exposition(snapshot):
     """The Prometheus text (format 0.0.4) of what ``snapshot()`` (a function) returns, byte for byte what
-    prometheus_client's ``generate_latest`` writes for :class:`SnapshotCollector`. The label text of each set of
-    label values is made once per scrape, not once per series: with pod attribution a shared GPU's every series
-    is served once per pod, and most of a scrape went into writing the same labels again."""
+    prometheus_client's ``generate_latest`` writes for the same :func:`families` (a unit test holds it to
+    that). The label text of each set of label values is made once per scrape, not once per series: with pod
+    attribution a shared GPU's every series is served once per pod, and most of a scrape went into writing the
+    same labels again."""
     from prometheus_client.utils import floatToGoString
 
     lines, label_texts = [], {}

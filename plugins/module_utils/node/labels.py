@@ -198,7 +198,7 @@ def config_sharing(config):
     chosen = _mapping(mps) if mps is not None else slicing
     resources = {}
     for resource in _entries(chosen):
-        resources.setdefault(qualified(resource.get("name")), (_replicas(resource), bool(chosen.get("renameByDefault"))))
+        resources.setdefault(resource_name(resource.get("name")), (_replicas(resource), bool(chosen.get("renameByDefault"))))
 
     def replicated(part):
         return any(_replicas(resource) > 1 for resource in _entries(_mapping(part)))
@@ -207,9 +207,10 @@ def config_sharing(config):
     return strategy, resources
 
 
-def qualified(name):
-    """A config's resource name as the plugin reads it: ``gpu`` is ``nvidia.com/gpu``."""
-    return name if not isinstance(name, str) or "/" in name else PREFIX + name
+def resource_name(name):
+    """A config's resource name as the device plugin reads it: one without the nvidia.com/ prefix gets it
+    (``gpu`` is ``nvidia.com/gpu``)."""
+    return name if not isinstance(name, str) or name.startswith(PREFIX) else PREFIX + name
 
 
 def _mapping(value):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.scv.gpu.plugins.module_utils.node.labels import MIG_STRATEGIES, label_problem
+from ansible_collections.scv.gpu.plugins.module_utils.node.labels import MIG_STRATEGIES, label_problem, resource_name
 
 VARIABLE = "device_plugin_configs"
 # The node label NVIDIA's config manager follows to pick a node's config.
@@ -52,11 +52,6 @@ def at(name, *keys):
 
 def _whole(value):
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def resource_name(name):
-    """``name`` as the plugin reads it: a bare name gets the nvidia.com/ prefix."""
-    return name if name.startswith(_PREFIX) else _PREFIX + name
 
 
 def sharing_kind(config):

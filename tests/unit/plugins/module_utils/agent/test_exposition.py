@@ -5,7 +5,23 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import SnapshotCollector, exposition
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, families
+
+
+class SnapshotCollector:
+    """prometheus_client's view of the same series families: the reference the exposition is held to."""
+
+    def __init__(self, snapshot):
+        self.snapshot = snapshot
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        for name, kind, text, names, rows in families(self.snapshot()):
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, text, labels=names)
+            for values, value in rows:
+                family.add_metric(list(values), value)
+            yield family
 
 
 def reference(snapshot):
