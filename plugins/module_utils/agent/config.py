@@ -18,6 +18,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import socket
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
@@ -115,6 +116,36 @@ def _no_xid_actions(_environ):
     return {}
 
 
+# dcgm-exporter's values of kubernetes-gpu-id-type: how the device IDs of the pod-resources answer name GPUs.
+GPU_ID_TYPES = ("uid", "device-name")
+
+
+def _no_patterns(_environ):
+    return []
+
+
+def _gpu_id_type(text):
+    if text not in GPU_ID_TYPES:
+        raise ValueError("expected %s" % " or ".join(GPU_ID_TYPES))
+    return text
+
+
+def _patterns(value):
+    """Regular expressions as a list (flags and environment: comma-separated, as dcgm-exporter reads them; a file
+    may give a list, whose items may hold commas), each checked to compile."""
+    if isinstance(value, str):
+        value = [item for item in value.split(",") if item]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("expected regular expressions (a list, or text separated by commas), got %s"
+                         % json_kind(value))
+    for item in value:
+        try:
+            re.compile(item)
+        except re.error as error:
+            raise ValueError("%r is not a regular expression: %s" % (item, error)) from None
+    return list(value)
+
+
 # (name, convert, default, reloadable, help); the default may be a function of the environment.
 OPTIONS = (
     ("kubeconfig", _path, "/etc/kubernetes/kubelet.conf", False,
@@ -160,8 +191,22 @@ OPTIONS = (
     ("pod-utilization", _boolean, False, True,
      "split a shared GPU's utilization per pod too, from NVML's process samples (about 2 ms per shared GPU and "
      "scrape on an H200); off: each holder's series shows the whole GPU's, as the other series"),
+    ("kubernetes-enable-pod-uid", _boolean, False, False,
+     "with pod-resources-socket: a pod_uid label on the series of a GPU a pod holds, read with the kubeconfig's "
+     "credentials from the API server (as dcgm-exporter's option of this name)"),
+    ("kubernetes-enable-pod-labels", _boolean, False, False,
+     "with pod-resources-socket: the Kubernetes labels of the pod that holds a GPU on its series, names made "
+     "Prometheus label names (as dcgm-exporter's option of this name)"),
+    ("kubernetes-pod-label-allowlist-regex", _patterns, _no_patterns, False,
+     "regular expressions (comma-separated; the flag may be repeated): only the pod labels whose key one of them "
+     "finds are served; none: every pod label (as dcgm-exporter's option of this name)"),
+    ("kubernetes-gpu-id-type", _gpu_id_type, "uid", False,
+     "how the kubelet's pod-resources answer names GPUs: uid (GPU-... UUIDs, as NVIDIA's device plugin) or "
+     "device-name (nvidia0, as GKE's device plugin); MIG devices are found either way (dcgm-exporter's option)"),
     ("log-level", _log_level, "INFO", True, "DEBUG, INFO, WARNING or ERROR"),
 )
+# Boolean flags that stand alone (--kubernetes-enable-pod-uid) or take a value, as dcgm-exporter's do.
+SWITCHES = ("kubernetes-enable-pod-uid", "kubernetes-enable-pod-labels")
 NAMES = tuple(option[0] for option in OPTIONS)
 
 
@@ -183,6 +228,10 @@ def parser(description):
             parsed.add_argument("--no-node-condition", dest="node-condition", action="store_false", help=text)
         elif name == "xid-actions":
             parsed.add_argument("--xid-action", dest="xid-actions", action="append", metavar="XID=ACTION", help=text)
+        elif name in SWITCHES:
+            parsed.add_argument("--" + name, dest=name, nargs="?", const="true", help=text + " (default: false)")
+        elif name == "kubernetes-pod-label-allowlist-regex":
+            parsed.add_argument("--" + name, dest=name, action="append", metavar="REGEX", help=text)
         else:
             shown = "" if callable(default) else " (default: %s)" % (default if default != "" else "none")
             parsed.add_argument("--" + name, dest=name, help=text + shown)
@@ -266,6 +315,8 @@ def load(flags, environ=None):
     for name, convert, default, _reloadable, _text in OPTIONS:
         if name in flags:
             raw, source = flags[name], "flag --%s" % ("xid-action" if name == "xid-actions" else name)
+            if name == "kubernetes-pod-label-allowlist-regex":   # repeated, each comma-separated
+                raw = ",".join(raw)
         elif env_name(name) in environ:
             raw, source = environ[env_name(name)], "environment %s" % env_name(name)
         elif name in from_file:

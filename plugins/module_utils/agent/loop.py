@@ -77,6 +77,7 @@ class Agent:
         self.default_interval_ms = default_interval_ms
         self.readings = Readings(session, xid_policy or XidPolicy(), metrics)
         self.pods = pods               # an agent.pods.PodAttribution, or None: no pod labels
+        self.pod_metadata = None       # an agent.pod_metadata.PodMetadata (with pods), or None: no pod UID or labels
         self.dcgm_series = None        # the DCGM series a counters file chose (None: every one served)
         self.xid_policy = self.readings.xid_policy
         self.counters = Counters()
@@ -113,6 +114,8 @@ class Agent:
         if self.pods is not None:
             self.readings.pods = self.pods
             self.pods.start()
+            if self.pod_metadata is not None:
+                self.pod_metadata.start()
         ready = False
         while not self.stopping.is_set():
             self.wake.clear()
@@ -210,12 +213,15 @@ class Agent:
         )
         pods = None if self.pods is None else self.pods.by_card((facts or {}).get("cardList") or [])
         values.update({} if self.pods is None else self.pods.counters())
+        metadata = self.pod_metadata if pods is not None else None
+        values.update({} if metadata is None else metadata.counters())
         shares = self.readings.shares
         if shares is not None:
             values["scv_agent_shared_gpu_reads"] = shares.reads
         return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values,
                 "served": self.dcgm_series, "pods": pods, "contested": self.writer.contest.contested(),
-                "shares": None if shares is None else shares.last}
+                "shares": None if shares is None else shares.last,
+                "pod_extra": None if metadata is None else metadata.extra(pods)}
 
     def healthz(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""

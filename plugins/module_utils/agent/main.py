@@ -17,6 +17,7 @@ import socket
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config as configuration
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import PodMetadata
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution
 from ansible_collections.scv.gpu.plugins.module_utils.agent.shares import PodShares
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
@@ -47,9 +48,19 @@ def build(config, notify):
                   xid_policy=XidPolicy(config["xid-actions"], config["xid-hold"]),
                   node_condition=config["node-condition"], taint_client=taint_client, notify=notify)
     if config["pod-resources-socket"]:
-        agent.pods = PodAttribution(config["pod-resources-socket"], config["pod-resources-interval"], agent.stopping)
+        agent.pods = PodAttribution(config["pod-resources-socket"], config["pod-resources-interval"], agent.stopping,
+                                    id_type=config["kubernetes-gpu-id-type"])
+        if config["kubernetes-enable-pod-uid"] or config["kubernetes-enable-pod-labels"]:
+            agent.pod_metadata = PodMetadata(client, config["node-name"], agent.pods, agent.stopping,
+                                             uid=config["kubernetes-enable-pod-uid"],
+                                             labels=config["kubernetes-enable-pod-labels"],
+                                             patterns=config["kubernetes-pod-label-allowlist-regex"],
+                                             logs_dir=config["pod-logs-dir"])
         agent.readings.shares = PodShares(agent.pods, config["pod-logs-dir"])
         agent.readings.shares.utilization = config["pod-utilization"]
+    elif config["kubernetes-enable-pod-uid"] or config["kubernetes-enable-pod-labels"]:
+        LOG.warning("kubernetes-enable-pod-uid and kubernetes-enable-pod-labels label the series of the GPUs pods "
+                    "hold: without pod-resources-socket no pod is known to hold one, and they do nothing")
     return agent
 
 

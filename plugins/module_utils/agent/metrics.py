@@ -148,6 +148,9 @@ _OTHER_COUNTERS = {
     "scv_agent_pod_resources_failures": "Times the kubelet's pod-resources API could not be read.",
     "scv_agent_shared_gpu_reads": "Times a shared GPU's processes were read, at scrapes, to split its memory and "
                                   "utilization per pod.",
+    "scv_agent_pod_metadata_reads": "Times the pods bound to this node were read from the API server, for the "
+                                    "pod_uid and pod labels of GPU series.",
+    "scv_agent_pod_metadata_failures": "Times the pods bound to this node could not be read from the API server.",
 }
 
 # With pod attribution on, as dcgm-exporter labels a GPU's series with what holds it (with
@@ -156,23 +159,28 @@ POD_LABELS = ("pod", "namespace", "container", "vgpu")
 NOBODY = [("", "", "")]   # Prometheus reads an empty label as no label: a GPU no pod holds
 # The series a shared GPU splits per pod (agent.shares), with the pod's figure each shows; they carry "pod_uid" too.
 PER_POD = {"DCGM_FI_DEV_FB_USED": "memory", "DCGM_FI_DEV_GPU_UTIL": "utilization"}
+UID_LABEL = "pod_uid"
 
 
-def card_rows(rows, value, figure, share):
+def card_rows(rows, value, figure, share, extra=()):
     """(label values, value) of one card's series: ``rows`` (a set of label values per holder) with the card's
     ``value``, or, for a series split per pod (``figure``, a key of agent.shares' figures) of a shared card whose
     figure NVML could split, the whole GPU without pod labels, then each holder whose pod's figure is known, with
-    it."""
+    it. ``extra`` names the pod's own labels that end each row (see agent.pod_metadata); a series split per pod
+    ends with pod_uid, theirs or its own."""
     if figure is None:
         return [(row, value) for row in rows]
+    if UID_LABEL not in extra:
+        rows = [row + [""] for row in rows]
+    width = len(POD_LABELS) + len(extra) + (UID_LABEL not in extra)
     if share is None or not share["split"][figure]:
-        return [(row + [""], value) for row in rows]
-    whole = rows[0][:-len(POD_LABELS)] + [""] * (len(POD_LABELS) + 1)
+        return [(row, value) for row in rows]
+    whole = rows[0][:-width] + [""] * width
     found = [(whole, value)]
     for row in rows:
-        pod = share["pods"].get((row[-4], row[-3]))
+        pod = share["pods"].get((row[-width], row[1 - width]))
         if pod is not None and figure in pod:
-            found.append((row + [pod["uid"]], pod[figure]))
+            found.append((row[:-1] + [pod["uid"]], pod[figure]))
     return found
 
 
@@ -185,15 +193,18 @@ def families(snapshot):
     driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
     labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
     pods, shares = snapshot.get("pods"), snapshot.get("shares") or {}
+    # the pod's UID and own labels (agent.pod_metadata): (names, {(pod, namespace): values}), after the pod labels
+    extra, extras = snapshot.get("pod_extra") or ((), {})
     if pods is not None:
-        labels += POD_LABELS
+        labels += POD_LABELS + extra
     # Each card's label values: one set, or one per container holding it.
-    series = {}
+    series, blank = {}, [""] * len(extra)
     for card in cards:
         base, key = dcgm_labels(card, node, driver), card.get("id")
         vgpu = shares.get(key, {}).get("holders", {})
         series[key] = [base] if pods is None else [
-            base + list(holder) + [vgpu.get(holder, "")] for holder in pods.get(key, NOBODY)]
+            base + list(holder) + [vgpu.get(holder, "")] + extras.get(holder[:2], blank)
+            for holder in pods.get(key, NOBODY)]
     last = snapshot["last_xids"]
     for metric, path, text in DCGM_CARD_GAUGES + ((XID_ERRORS, None, "Value of the last XID error encountered."),):
         if metric not in served:
@@ -203,8 +214,8 @@ def families(snapshot):
         for card in cards:
             value = last.get(card.get("id"), 0) if path is None else _field(card, path)
             if value is not None:
-                rows += card_rows(series[card.get("id")], value, figure, shares.get(card.get("id")))
-        yield metric, "gauge", text, labels + (("pod_uid",) if figure else ()), rows
+                rows += card_rows(series[card.get("id")], value, figure, shares.get(card.get("id")), extra)
+        yield metric, "gauge", text, labels + ((UID_LABEL,) if figure and UID_LABEL not in extra else ()), rows
 
     for metric, field, text in SCV_CARD_GAUGES:
         yield metric, "gauge", text, SCV_LABELS, [

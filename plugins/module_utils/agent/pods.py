@@ -24,6 +24,7 @@ of devices of no GPU here (a busy node, another node's MIG devices) costs neithe
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import (
@@ -36,6 +37,20 @@ LOG = logging.getLogger("scv-gpu-agent")
 # Resources of NVIDIA's device plugin: nvidia.com/gpu, its renamed shares and nvidia.com/mig-<profile>.
 RESOURCE_PREFIX = "nvidia.com/"
 MIG_PREFIX = "MIG-"
+# kubernetes-gpu-id-type device-name: a GPU named by its device node (nvidia0), as GKE's device plugin names them;
+# a MIG device there is nvidia<GPU index>/gi<GPU instance ID>, found in either ID type, as dcgm-exporter does.
+DEVICE_NAME = re.compile(r"nvidia([0-9]+)$")
+GKE_MIG = re.compile(r"nvidia([0-9]+)/gi([0-9]+)$")
+
+
+def split_replica(device):
+    """(the device ID without its replica, the replica number or None): ``<id>::<n>`` (NVIDIA's device plugin
+    sharing a GPU) or ``<id>/vgpu<n>`` (GKE's)."""
+    if "/vgpu" in device:
+        base, _sep, number = device.partition("/vgpu")
+        return base, number
+    base, sep, number = device.partition("::")
+    return base, number if sep else None
 
 
 def device_holders(held):
@@ -47,7 +62,7 @@ def device_holders(held):
             continue
         holder = (entry["pod"], entry["namespace"], entry["container"])
         for device in entry["device_ids"]:
-            holders.setdefault(device.split("::", 1)[0], set()).add(holder)
+            holders.setdefault(split_replica(device)[0], set()).add(holder)
     shared = {}
     return {device: shared.setdefault(frozenset(found), sorted(found)) for device, found in holders.items()}
 
@@ -61,8 +76,8 @@ def device_replicas(held):
             continue
         holder = (entry["pod"], entry["namespace"], entry["container"])
         for device in entry["device_ids"]:
-            if "::" in device:
-                base, number = device.split("::", 1)
+            base, number = split_replica(device)
+            if number is not None:
                 replicas.setdefault(base, {}).setdefault(holder, set()).add(number)
     return replicas
 
@@ -74,9 +89,11 @@ def _sort_key(number):
 class PodAttribution(threading.Thread):
     """Keeps ``holders`` (see ``device_holders``) current from the kubelet's pod-resources socket."""
 
-    def __init__(self, socket_path, interval_s, stopping, timeout_s=2.0, lister=None):
+    def __init__(self, socket_path, interval_s, stopping, timeout_s=2.0, lister=None, id_type="uid"):
         super().__init__(name="pod-resources", daemon=True)
         self.socket_path, self.interval_s, self.timeout_s = socket_path, interval_s, timeout_s
+        self.id_type = id_type    # kubernetes-gpu-id-type: uid or device-name
+        self.refreshed = threading.Event()   # set after each question to the kubelet (agent.pod_metadata waits on it)
         self.stopping = stopping
         self.lister = PodResourcesLister() if lister is None else lister
         self.holders = {}
@@ -125,6 +142,7 @@ class PodAttribution(threading.Thread):
         with self._lock:
             self.holders, self.replicas = worked
         self.refreshes += 1
+        self.refreshed.set()
 
     def learn(self, cards, mig_devices, generation=0):
         """Learns this node's device IDs, in the thread that reads NVML: the ``id`` and ``uuid`` of each card, and
@@ -145,6 +163,7 @@ class PodAttribution(threading.Thread):
         self._learn_problem = None
         local = {str(value).encode("utf-8") for card in cards for value in (card.get("id"), card.get("uuid"))
                  if value is not None}
+        local.update(b"nvidia%d" % card["id"] for card in cards if isinstance(card.get("id"), int))
         local.update(uuid.encode("utf-8") for uuid in parents)
         with self._lock:
             self._local, self._mig_parents, self._learnt = frozenset(local), parents, key
@@ -161,7 +180,8 @@ class PodAttribution(threading.Thread):
         """{card id: [(pod, namespace, container)]} for the cards some container holds."""
         with self._lock:
             holders, parents = self.holders, self._mig_parents
-        return {card: sorted(set().union(*found)) for card, found in _per_card(holders, parents, cards).items()}
+        return {card: sorted(set().union(*found))
+                for card, found in _per_card(holders, parents, cards, self.id_type).items()}
 
     def replicas_by_card(self, cards):
         """{card id: {(pod, namespace, container): "n"}} for the cards shared by time-slicing or MPS: the replica
@@ -169,7 +189,7 @@ class PodAttribution(threading.Thread):
         with self._lock:
             replicas, parents = self.replicas, self._mig_parents
         result = {}
-        for card, found in _per_card(replicas, parents, cards).items():
+        for card, found in _per_card(replicas, parents, cards, self.id_type).items():
             numbers = {}
             for holding in found:
                 for holder, held in holding.items():
@@ -178,12 +198,23 @@ class PodAttribution(threading.Thread):
         return result
 
 
-def _per_card(table, parents, cards):
-    """{card id: [the values of ``table`` (keyed by device ID) that belong to the card]}: its UUID, its index, or a
-    MIG device of it."""
+def _card_key(device, parents, id_type):
+    """The UUID or index (as text) of the card a device ID names, by ``id_type``; None: none of this node's."""
+    if device.startswith(MIG_PREFIX):
+        return parents.get(device)
+    found = GKE_MIG.match(device) or (DEVICE_NAME.match(device) if id_type == "device-name" else None)
+    if found:
+        return found.group(1)
+    return device if id_type == "uid" else None
+
+
+def _per_card(table, parents, cards, id_type="uid"):
+    """{card id: [the values of ``table`` (keyed by device ID) that belong to the card]}: with ``id_type`` uid its
+    UUID or index, with device-name its device name (nvidia0); either way a MIG device of it, by UUID or GKE's
+    nvidia<index>/gi<instance>."""
     found = {}
     for device, value in table.items():
-        key = parents.get(device) if device.startswith(MIG_PREFIX) else device
+        key = _card_key(device, parents, id_type)
         if key is not None:
             found.setdefault(key, []).append(value)
     result = {}

@@ -93,12 +93,13 @@ def _string(message, number):
 
 def _device_ids(device, keep):
     """The device IDs of a ContainerDevices message; with ``keep`` (a set of IDs), only those whose ID, without
-    its ``::N`` replica suffix, is in it: the others are compared as bytes and never made into strings."""
+    its ``::N`` replica suffix or what follows a ``/`` (GKE's ``nvidia0/vgpu1``, ``nvidia0/gi1``), is in it: the
+    others are compared as bytes and never made into strings."""
     ids = []
     for number, value in _fields(device):
         if number != 2:
             continue
-        if keep is not None and bytes(value).split(b"::", 1)[0] not in keep:
+        if keep is not None and bytes(value).split(b"::", 1)[0].split(b"/", 1)[0] not in keep:
             continue
         ids.append(str(value, "utf-8", "replace"))
     return ids

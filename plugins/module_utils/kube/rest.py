@@ -151,8 +151,8 @@ class RestTransport:
         return http.client.HTTPSConnection(credentials.host, credentials.port, context=credentials.ssl,
                                            timeout=self._timeout if timeout is None else timeout)
 
-    def headers(self, content_type="application/json"):
-        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": USER_AGENT}
+    def headers(self, content_type="application/json", accept="application/json"):
+        headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": USER_AGENT}
         if self._credentials.token:
             headers["Authorization"] = "Bearer " + self._credentials.token
         return headers
@@ -175,14 +175,14 @@ class RestTransport:
         return ApiError("cannot %s %s: the Kubernetes API at %s is unreachable: %s"
                         % (verb, target, self.server, error))
 
-    def _exchange(self, method, verb, target, path, body, content_type):
+    def _exchange(self, method, verb, target, path, body, content_type, accept="application/json"):
         """One request; (status, payload)."""
         self.limiter.take()
         self.requests += 1
         connection = self.connection()
         try:
             connection.request(method, path, body=None if body is None else json.dumps(body),
-                               headers=self.headers(content_type))
+                               headers=self.headers(content_type, accept))
             response = connection.getresponse()
             answer = response.status, response.read()
         except (OSError, ValueError) as error:
@@ -194,16 +194,16 @@ class RestTransport:
         return answer
 
     def request(self, method, verb, target, path, body=None, missing=NO_DEFAULT, content_type="application/json",
-                resource=None):
+                resource=None, accept="application/json"):
         """The answer's JSON; ``missing`` for a 404 of an object that does not exist (an error without it).
 
         ``resource`` (an ApiResource) names a custom resource whose unserved type is reported as
-        its definition missing.
+        its definition missing. ``accept`` may ask for another form of the answer (objects' metadata only).
         """
-        status, payload = self._exchange(method, verb, target, path, body, content_type)
+        status, payload = self._exchange(method, verb, target, path, body, content_type, accept)
         if status in (401, 403) and self.reload(force=True):
             # Rotated credentials (a kubelet's client certificate): one more try with the new ones.
-            status, payload = self._exchange(method, verb, target, path, body, content_type)
+            status, payload = self._exchange(method, verb, target, path, body, content_type, accept)
         if status == 404:
             if resource is not None and resource.crd_name and not is_missing_object(payload):
                 raise missing_definition(resource, self.server)

@@ -47,7 +47,9 @@ def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
 
     pods.learn(CARDS, mig_devices)
     pods.refresh()
-    assert kept == [frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2", b"MIG-x"})]
+    # device names too: GKE's MIG devices (nvidia<index>/gi<instance>) are found in either ID type
+    assert kept == [frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2", b"MIG-x", b"nvidia0", b"nvidia1",
+                               b"nvidia2"})]
     assert pods.by_card(CARDS) == {0: [("p", "ns", "c")], 1: [("m", "ns", "c")], 2: [("q", "ns", "c")]}
     pods.learn(CARDS, mig_devices)
     assert len(listed) == 1                        # the same cards, the same static readings: not listed again
@@ -70,7 +72,8 @@ def test_mig_devices_that_cannot_be_listed_are_said_once_and_asked_for_again(cap
         pods.learn(CARDS, broken)
     assert len(caplog.records) == 1 and "NVML is not initialised" in caplog.records[0].getMessage()
     pods.learn(CARDS, dict)
-    assert pods._local == frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2"})
+    assert pods._local == frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2", b"nvidia0", b"nvidia1",
+                                     b"nvidia2"})
 
 
 def _pb(number, payload):
