@@ -175,3 +175,109 @@ def test_pods_that_cannot_be_read_leave_the_pod_labels_on_and_the_extra_ones_off
         assert "HTTP 403" in log and "is the kubeconfig the kubelet's, of Node %s?" % node in log
     finally:
         agent.stop()
+
+
+# ------------------------------------------------- the reader in this process, step by step
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def reading(control_plane, kubelet, tmp_path, request):
+    """A PodMetadata reading the real API server as node ``node`` (its own kubeconfig), on the pods a real
+    PodAttribution learns from the stand-in kubelet; stepped by hand, on a clock of the test's."""
+    import threading
+
+    from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import PodMetadata
+    from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution
+    from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
+
+    node = "reader-" + request.node.name.replace("_", "-")[5:30].strip("-")
+    control_plane.kubectl("create", "namespace", node)
+    control_plane.kubectl("create", "serviceaccount", "default", "-n", node, check=False)
+    pods = PodAttribution(kubelet.socket, 10, threading.Event())
+    pods.learn([{"id": 0, "uuid": "GPU-0"}, {"id": 1, "uuid": "GPU-1"}], dict)
+    clock, logs = Clock(), tmp_path / "pod-logs"
+    logs.mkdir()
+    client = RestClient.from_file(str(control_plane.node_kubeconfig(node)))
+    reader = PodMetadata(client, node, pods, threading.Event(), uid=True, labels=True, patterns=["^app$"],
+                         logs_dir=str(logs), refresh_s=300, clock=clock)
+    reader.node_name, reader.logs, reader.clock_at = node, logs, clock
+    yield reader
+    control_plane.kubectl("delete", "namespace", node, "--wait=false")
+
+
+def test_the_pods_are_read_when_the_pods_holding_gpus_change_and_when_due_never_else(control_plane, kubelet,
+                                                                                     reading):
+    node, clock, logs = reading.node_name, reading.clock_at, reading.logs
+    train = bound_pod(control_plane, "train", node, node, {"app": "trainer", "tier": "gold"})
+    reading.step()
+    assert reading.reads == 0 and reading.extra({}) == ((), {})     # no pod holds a GPU: nothing read
+    kubelet.pods = [pod("train", node, ("main", [(GPU, ["GPU-0"])]))]
+    reading.pods.refresh()
+    reading.step()
+    held = {0: [("train", node, "main")]}
+    assert reading.reads == 1 and reading.extra(held) == (("app", "pod_uid"), {("train", node): ["trainer", train]})
+    clock.now += 299
+    for _tick in range(3):
+        reading.pods.refresh()
+        reading.step()
+    assert reading.reads == 1                                          # the same pods, not due yet
+    logs_entry(logs, node, "train", train)
+    reading.step()
+    assert reading.reads == 2                                          # the pod logs directory names its UID
+    control_plane.kubectl("label", "pod", "train", "-n", node, "app=trainer-2", "--overwrite")
+    reading.step()
+    assert reading.reads == 2 and reading.extra(held)[1][("train", node)][0] == "trainer"
+    clock.now += 300
+    reading.step()
+    assert reading.reads == 3 and reading.extra(held)[1][("train", node)][0] == "trainer-2"   # due
+    notebook = bound_pod(control_plane, "notebook", node, node, {})
+    kubelet.pods.append(pod("notebook", node, ("main", [(GPU, ["GPU-1"])])))
+    reading.pods.refresh()
+    reading.step()
+    assert reading.reads == 4                                          # another pod holds a GPU
+    assert reading.extra({1: [("notebook", node, "main")]}) == (("pod_uid",), {("notebook", node): [notebook]})
+    assert reading.failures == 0 and reading.problem is None
+
+
+def test_a_failed_read_takes_the_extra_labels_away_and_is_tried_again_after_a_pause_said_once(
+        control_plane, kubelet, reading, caplog):
+    import logging
+
+    node, clock = reading.node_name, reading.clock_at
+    bound_pod(control_plane, "train", node, node, {"app": "trainer"})
+    kubelet.pods = [pod("train", node, ("main", [(GPU, ["GPU-0"])]))]
+    reading.pods.refresh()
+    reading.step()
+    assert reading.reads == 1
+    reading.client = type(reading.client).from_file(str(control_plane.node_kubeconfig("other-" + node)))
+    clock.now += 300
+    with caplog.at_level(logging.INFO, logger="scv-gpu-agent"):
+        reading.step()
+        assert reading.failures == 1 and reading.extra({0: [("train", node, "main")]}) == ((), {})
+        kubelet.pods.append(pod("gone", node, ("main", [(GPU, ["GPU-1"])])))
+        reading.pods.refresh()
+        clock.now += 2.4                                               # the first retry comes 2.5 to 5 s later
+        reading.step()
+        assert reading.failures == 1                                   # a change does not hurry it
+        clock.now += 2.6
+        reading.step()
+        assert reading.failures == 2
+        clock.now += 10
+        reading.step()
+        assert reading.failures == 3
+        reading.client = type(reading.client).from_file(str(control_plane.node_kubeconfig(node)))
+        clock.now += 20
+        reading.step()
+    assert reading.reads == 2 and reading.extra({0: [("train", node, "main")]})[0] == ("app", "pod_uid")
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2 and "pod UID and labels left off GPU series: cannot list the pods of Node" in \
+        messages[0] and "HTTP 403" in messages[0] and messages[1] == (
+            "pod UID and labels back on GPU series: the pods of Node %s are read again" % node)
