@@ -87,6 +87,45 @@ def test_a_pod_given_gpus_by_the_kubelet_is_named_on_their_series_until_it_ends(
         agent.stop()
 
 
+def _uid_and_app(agent, gpu):
+    """The pod_uid and app labels of GPU ``gpu``'s temperature series (those present)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(agent.metrics_text()):
+        for sample in family.samples:
+            if sample.name == "DCGM_FI_DEV_GPU_TEMP" and sample.labels["gpu"] == str(gpu):
+                return {key: sample.labels[key] for key in ("pod_uid", "app", "tier") if sample.labels.get(key)}
+    return None
+
+
+def test_a_pods_uid_and_labels_are_read_as_the_node_and_follow_the_pod_made_again_under_its_name(
+        access, agent_command, real_node, tmp_path):
+    kubelet, plugin = real_node
+    uuids = scenario_uuids("h100_sxm_x8")
+    plugin.set_devices(uuids)
+    wait_until(lambda: kubelet.allocatable(GPU) == "8", 60, "nvidia.com/gpu: 8 allocatable on %s" % NODE, 0.2)
+    # the kubelet's own identity (system:node:<node>), its pod logs directory and its pod-resources socket
+    agent = AgentProcess(agent_command, access, NODE, tmp_path, scenario="h100_sxm_x8", extra=(
+        "--pod-resources-socket", str(kubelet.pod_resources_socket), "--pod-resources-interval", "1",
+        "--pod-logs-dir", str(kubelet.pod_logs), "--kubernetes-enable-pod-uid", "--kubernetes-enable-pod-labels",
+        "--kubernetes-pod-label-allowlist-regex", "^app$"))
+    uids = []
+    try:
+        for app in ("trainer", "trainer-2"):
+            body = gpu_pod("train", NAMESPACE, NODE, 1)
+            body["metadata"]["labels"] = {"app": app, "tier": "gold"}
+            access.kubectl("create", "-f", "-", input_text=json.dumps(body))
+            wait_until(lambda: _pod_phase(access, "train") == "Running", 90, "pod train Running", 0.5)
+            uids.append(read_object(access, "pod", "train", namespace=NAMESPACE)["metadata"]["uid"])
+            gpu = uuids.index(plugin.allocated[-1][0])
+            agent.wait_for(lambda gpu=gpu, app=app: _uid_and_app(agent, gpu) == {"pod_uid": uids[-1], "app": app}, 20)
+            access.kubectl("delete", "pod", "train", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s")
+        assert uids[0] != uids[1] and agent.metrics()["scv_agent_pod_metadata_failures_total"] == 0
+        agent.wait_for(lambda: not any(_uid_and_app(agent, gpu) for gpu in range(8)), 30)
+    finally:
+        agent.stop()
+
+
 def test_pods_sharing_a_gpu_by_time_slicing_are_all_named_on_its_series(access, agent_command, real_node, tmp_path):
     kubelet, plugin = real_node
     shared = scenario_uuids("h100_sxm_x8")[5]

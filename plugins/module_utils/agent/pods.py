@@ -14,7 +14,10 @@ plugin's ``index`` strategy), a MIG device's UUID (``MIG-...``, counted on the G
 each possibly followed by ``::N``, the replica of a GPU shared by time-slicing or MPS. A GPU several
 containers share has one series per container, each with the GPU's whole value, as NVML cannot
 split most of a GPU's readings by process group; the replica numbers become the ``vgpu`` label, and
-memory and utilization are split per pod by ``agent.shares``.
+memory and utilization are split per pod by ``agent.shares``. With ``id_type`` device-name (the agent's
+``kubernetes-gpu-id-type``, as dcgm-exporter's) GPUs are named as GKE's device plugin names them instead:
+``nvidia<index>``, a replica ``/vgpu<n>``; a MIG device is found by its UUID or as ``nvidia<index>/gi<id>``
+either way.
 
 Only this node's devices are kept: the thread that reads NVML tells (``learn``) which IDs those are,
 its GPUs and their MIG devices, and the answer is decoded for those alone. A kubelet naming thousands
