@@ -47,7 +47,7 @@ def mig_agent(access, agent_command, tmp_path, request):
 
 def test_each_gpu_instance_has_series_of_its_own_and_its_gpu_none(mig_agent):
     agent, _kubelet = mig_agent
-    agent.wait_for(lambda: series(agent, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[("0", "1")]["value"] == pytest.approx(0.62), 20)
+    agent.wait_for(lambda: series(agent, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")[("0", "1")]["value"] == 0.62, 20)
     used = series(agent, "DCGM_FI_DEV_FB_USED")
     assert sorted(used) == [("0", "1"), ("0", "2"), ("0", "3"), ("0", "4"), ("1", "1")]   # no GPU-wide series
     first = used[("0", "1")]
@@ -64,8 +64,8 @@ def test_each_gpu_instance_has_series_of_its_own_and_its_gpu_none(mig_agent):
     assert len({temperature[key]["value"] for key in temperature if key[0] == "0"}) == 1
     # each instance's own engine activity: only the 3g.40gb is busy
     tensor = series(agent, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
-    assert tensor[("0", "1")]["value"] == pytest.approx(0.35) and tensor[("0", "2")]["value"] == 0
-    assert series(agent, "DCGM_FI_PROF_DRAM_ACTIVE")[("0", "1")]["value"] == pytest.approx(0.24)
+    assert tensor[("0", "1")]["value"] == 0.35 and tensor[("0", "2")]["value"] == 0
+    assert series(agent, "DCGM_FI_PROF_DRAM_ACTIVE")[("0", "1")]["value"] == 0.24
     # what NVML cannot give with MIG on, and what GPM gives only per GPU, is not served
     for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_PROF_PCIE_TX_BYTES",
                  "DCGM_FI_DEV_XID_ERRORS"):

@@ -83,15 +83,16 @@ def served_fields(served):
     return {path[0] for metric, path, _text in DCGM_CARD_GAUGES if metric in served}
 
 
-# GPM gives percentages and MiB per second; DCGM's profiling fields are ratios and bytes per second.
-_SCALE = {"tensorUtilization": 0.01, "graphicsActivity": 0.01, "dramActivity": 0.01,
-          "pcieTxMiBPerSecond": 1048576.0, "pcieRxMiBPerSecond": 1048576.0}
+# GPM gives percentages and MiB per second; DCGM's profiling fields are ratios and bytes per second (a percentage is
+# divided by 100, not multiplied by 0.01, so that 35 % reads 0.35, not 0.35000000000000003).
+_SCALE = {"tensorUtilization": (1.0, 100.0), "graphicsActivity": (1.0, 100.0), "dramActivity": (1.0, 100.0),
+          "pcieTxMiBPerSecond": (1048576.0, 1.0), "pcieRxMiBPerSecond": (1048576.0, 1.0)}
 
 
 def _field(card, path):
     if path[0] in _SCALE:
-        value = card.get(path[0])
-        return value * _SCALE[path[0]] if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        value, (times, over) = card.get(path[0]), _SCALE[path[0]]
+        return value * times / over if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     value = card
     for key in path:
         if not isinstance(value, dict) or key not in value:
@@ -214,7 +215,7 @@ def _units(snapshot, cards, driver):
 
 def _value(metric, path, card, instance, last):
     if path is None:
-        return None if instance is not None else last.get(card.get("id"), 0)
+        return last.get(card.get("id"), 0)
     if instance is None or metric not in INSTANCE_OWN:
         return _field(card, path)
     return _field(instance, path)

@@ -6,8 +6,9 @@
 
 Which GPU instances there are (their ID, profile and MIG devices) is listed once per ``generation``: the
 agent passes its session's count of static readings, which moves on with a new NVML session, the static
-refresh interval and a SIGHUP (the mig_layout role sends one after it changes a layout). A MIG device
-that can no longer be read (its instance destroyed meanwhile) has the list made again at the next read.
+refresh interval and a SIGHUP (the mig_layout role sends one after it changes a layout). An instance
+destroyed meanwhile (its MIG device can no longer be read) is left out at once; one made by other means
+than the role appears at the next static refresh, or at once after a SIGHUP.
 
 Each read then asks one MIG device of each instance its memory (the instance's own), and, when the
 session read its costly counters since the last read, samples the instance's engine activity through
@@ -113,7 +114,7 @@ class MigInstances:
         wanted = session.slow.wanted   # the costly readings someone serves (None: all)
         gpm_due = session.slow.reads != self._counter_reads and (wanted is None or bool(wanted & set(gpm.KEYS)))
         self._counter_reads = session.slow.reads
-        found, stale = {}, False
+        found = {}
         for index, entries in self._layout.items():
             rows = []
             for entry in entries:
@@ -121,8 +122,7 @@ class MigInstances:
                 try:
                     _memory(entry["handle"], readings)
                 except pynvml.NVMLError:
-                    stale = True      # destroyed meanwhile: listed again at the next read
-                    continue
+                    continue          # destroyed meanwhile
                 key = (index, entry["id"])
                 if gpm_due and handles.get(index) is not None:
                     self._gpm.read(index, handles[index], readings, entry["id"])
@@ -130,8 +130,6 @@ class MigInstances:
                 readings.update(self._kept.get(key, {}))
                 rows.append(readings)
             found[index] = rows
-        if stale:
-            self._generation = None
         return found
 
     def _list(self, handles):
