@@ -3230,8 +3230,11 @@ SIM_EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gp
     SIM_DEVICE_CALL(device, dev);
     if (!gpmSample || dev.mig)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    if (!j_get(dev.gpu, "gpm") || !sim_mig_enabled(dev.gpu))
+    if (!j_get(dev.gpu, "gpm"))
         SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    /* the H200 with MIG off answered INVALID_ARGUMENT (real-h200/mig-check.json) */
+    if (!sim_mig_enabled(dev.gpu))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     if (!sim_gi_entry(dev.gpu, gpuInstanceId))
         SIM_RETURN(NVML_ERROR_NOT_FOUND);
     gpmSample->index = dev.index;

@@ -6,9 +6,10 @@
 
 Which GPU instances there are (their ID, profile and MIG devices) is listed once per ``generation``: the
 agent passes its session's count of static readings, which moves on with a new NVML session, the static
-refresh interval and a SIGHUP (the mig_layout role sends one after it changes a layout). An instance
-destroyed meanwhile (its MIG device can no longer be read) is left out at once; one made by other means
-than the role appears at the next static refresh, or at once after a SIGHUP.
+refresh interval and a SIGHUP (the mig_layout role sends one after it changes a layout). Each read also
+asks each listed MIG device its GPU instance ID: an instance destroyed meanwhile, or a MIG device that
+now belongs to another instance, has the instances listed again at once. An instance made by other
+means than the role where none was appears at the next static refresh, or at once after a SIGHUP.
 
 Each read then asks one MIG device of each instance its memory (the instance's own), and, when the
 session read its costly counters since the last read, samples the instance's engine activity through
@@ -114,6 +115,8 @@ class MigInstances:
         wanted = session.slow.wanted   # the costly readings someone serves (None: all)
         gpm_due = session.slow.reads != self._counter_reads and (wanted is None or bool(wanted & set(gpm.KEYS)))
         self._counter_reads = session.slow.reads
+        if self._moved():
+            self._list(handles)
         found = {}
         for index, entries in self._layout.items():
             rows = []
@@ -122,7 +125,7 @@ class MigInstances:
                 try:
                     _memory(entry["handle"], readings)
                 except pynvml.NVMLError:
-                    continue          # destroyed meanwhile
+                    continue          # destroyed since the check above
                 key = (index, entry["id"])
                 if gpm_due and handles.get(index) is not None:
                     self._gpm.read(index, handles[index], readings, entry["id"])
@@ -131,6 +134,18 @@ class MigInstances:
                 rows.append(readings)
             found[index] = rows
         return found
+
+    def _moved(self):
+        """Whether a listed instance is gone, or its MIG device now belongs to another (destroyed and made again by
+        other means than the role, which sends a SIGHUP): one GPU instance ID query per instance."""
+        for entries in self._layout.values():
+            for entry in entries:
+                try:
+                    if int(pynvml.nvmlDeviceGetGpuInstanceId(entry["handle"])) != entry["id"]:
+                        return True
+                except pynvml.NVMLError:
+                    return True
+        return False
 
     def _list(self, handles):
         self.lists += 1
