@@ -209,6 +209,7 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
               scrape_interval=0, foreign_devices=0, sharing=None, mig=None):
     """One agent run on one cost model; returns its figures. ``sharing``: a PodProcesses for --sharing. ``mig``: GPU
     instances per GPU, each held by a pod (0: MIG off, a pod on each GPU; None: no pods)."""
+    work.mkdir(parents=True, exist_ok=True)
     scenario = work / ("scenario-%s.json" % model)
     shutil.copy(scenario_path("h100_sxm_x8"), scenario)
     if counters:
@@ -320,8 +321,8 @@ def main():
                         help="pods hold this many MIG devices the node does not have (a stand-in kubelet)")
     parser.add_argument("--sharing", action="store_true",
                         help="time-slice every GPU among 4 pods with real processes (root, for their cgroups)")
-    parser.add_argument("--mig", type=int, choices=(0, 1, 7),
-                        help="GPU instances per GPU (MIG on), each held by a pod; 0: MIG off, a pod on each GPU")
+    parser.add_argument("--mig", help="GPU instances per GPU (MIG on), each held by a pod: 0 (MIG off, a pod on each "
+                                      "GPU), 1 or 7, or several (0,1,7), each run in turn on the same control plane")
     parser.add_argument("--scrape-interval", type=float, default=0,
                         help="scrape /metrics every this many seconds during the window, as Prometheus would (0: none)")
     args = parser.parse_args()
@@ -338,10 +339,13 @@ def main():
         install_scv_crd(plane)
         plane.kubectl("create", "clusterrolebinding", "bench-nodes-scv", "--clusterrole=cluster-admin",
                       "--group=system:nodes")
+        layouts = [None] if args.mig is None else [int(per_gpu) for per_gpu in args.mig.split(",")]
         for model in args.models.split(","):
-            results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout,
-                                       args.every_counter, args.counters_interval, args.scrape_interval,
-                                       args.foreign_devices, sharing, args.mig)
+            for per_gpu in layouts:
+                results[model, per_gpu] = run_agent(
+                    plane, work / ("mig-%s" % per_gpu), args.wheels, model, args.window, args.watch_timeout,
+                    args.every_counter, args.counters_interval, args.scrape_interval, args.foreign_devices, sharing,
+                    per_gpu)
         site = None if args.no_site else site_runs(plane, work)
     finally:
         plane.stop()
@@ -351,7 +355,7 @@ def main():
 
     print("machine: %s, %d cores; agent on %s" % (platform.platform(), os.cpu_count(), subprocess.run(
         ["/usr/bin/python3", "--version"], capture_output=True, text=True, check=True).stdout.strip()))
-    for model, result in results.items():
+    for (model, per_gpu), result in results.items():
         print("agent, 8 simulated H100s, %s-cost NVML model, updateInterval 1000 ms, watch timeout %d s, "
               "metrics on, %.0f s steady state:" % (model, args.watch_timeout, result["elapsed"]))
         print("  RSS: median %.1f MiB, max %.1f MiB; of it the NVML library's mappings %.2f MiB, "
@@ -367,9 +371,9 @@ def main():
         if args.foreign_devices:
             print("  pod-resources: %d reads of an answer naming %d MIG devices this node does not have"
                   % (result["pod_reads"], args.foreign_devices))
-        if args.mig is not None:
+        if per_gpu is not None:
             print("  MIG: %d GPU instances (%d per GPU), each held by a pod; series: %d"
-                  % (8 * args.mig, args.mig, result["series"]) if args.mig else
+                  % (8 * per_gpu, per_gpu, result["series"]) if per_gpu else
                   "  MIG off: each GPU held by a pod; series: %d" % result["series"])
         if args.sharing:
             print("  sharing: %d pods on each of 8 GPUs; shared GPUs' processes read %d times (%d reads of the "
