@@ -89,6 +89,12 @@ def agent_metrics(port):
             for sample in family.samples if not sample.labels}
 
 
+def series_count(port):
+    """How many series the agent's /metrics serves."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
+        return sum(1 for line in response.read().decode().splitlines() if line and not line.startswith("#"))
+
+
 def thread_cpu(pid):
     """Each live thread's CPU seconds (the scheduler's, to the nanosecond), by thread id: (name, seconds)."""
     threads = {}
@@ -171,9 +177,39 @@ def sharing_kubelet(work, scenario, processes):
     return kubelet.__enter__(), logs
 
 
+# GPU instances per GPU: a 7g.80gb, or seven 1g.10gb, as the mig_layout role would make them
+MIG_LAYOUTS = {1: [("7g.80gb", 0, 81152)], 7: [("1g.10gb", slot, 9984) for slot in range(7)]}
+
+
+def with_mig(scenario, per_gpu):
+    """Turns MIG on on each GPU of ``scenario`` with ``per_gpu`` GPU instances (MIG_LAYOUTS); returns their UUIDs."""
+    data, uuids = json.loads(scenario.read_text()), []
+    for index, device in enumerate(data["devices"]):
+        entries = []
+        for number, (profile, placement, mib) in enumerate(MIG_LAYOUTS[per_gpu]):
+            uuid = "MIG-%08x-0000-5000-8000-%012x" % (index, number)
+            entries.append({"name": "%s MIG %s" % (device["name"], profile), "uuid": uuid,
+                            "gpuInstanceId": number + 1, "computeInstanceId": 0, "placement": placement,
+                            "memory": {"total": mib << 20, "free": (mib - 13) << 20}, "processes": []})
+            uuids.append(uuid)
+        device.update(migMode={"current": 1, "pending": 1}, maxMigDevices=7, migDevices=entries)
+    scenario.write_text(json.dumps(data))
+    return uuids
+
+
+def held_kubelet(work, resource, devices):
+    """A started stand-in kubelet whose answer gives each of ``devices`` to a pod of its own."""
+    kubelet = StandInKubelet(generate(work / "podresources"), work / "pod-resources.sock")
+    kubelet.pods = [pod("job-%d" % number, "bench", ("main", [(resource, [device])]))
+                    for number, device in enumerate(devices)]
+    return kubelet.__enter__()
+
+
 def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False, counters_interval=None,
-              scrape_interval=0, foreign_devices=0, sharing=None):
-    """One agent run on one cost model; returns its figures. ``sharing``: a PodProcesses for --sharing."""
+              scrape_interval=0, foreign_devices=0, sharing=None, mig=None):
+    """One agent run on one cost model; returns its figures. ``sharing``: a PodProcesses for --sharing. ``mig``: GPU
+    instances per GPU, each held by a pod (0: MIG off, a pod on each GPU; None: no pods)."""
+    work.mkdir(parents=True, exist_ok=True)
     scenario = work / ("scenario-%s.json" % model)
     shutil.copy(scenario_path("h100_sxm_x8"), scenario)
     if counters:
@@ -189,6 +225,11 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
     if sharing is not None:
         kubelet, logs = sharing_kubelet(work / ("kubelet-%s" % model), scenario, sharing)
         command += ["--pod-logs-dir", str(logs)]
+    if mig is not None:
+        devices = with_mig(scenario, mig) if mig else [device["uuid"] for device in json.loads(
+            scenario.read_text())["devices"]]
+        kubelet = held_kubelet(work / ("kubelet-%s" % model), "nvidia.com/mig-1g.10gb" if mig else "nvidia.com/gpu",
+                               devices)
     if kubelet is not None:
         command += ["--pod-resources-socket", kubelet.socket]
     # The node's Node, as its kubelet registered it: the agent sets its GPUHealthy condition.
@@ -224,6 +265,7 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         # the metrics GETs and kubectl's are not the agent's: count only scvs requests
         requests = scv_requests(plane) - requests_before
         after = agent_metrics(port)
+        series = series_count(port)
         library = library_rss_mib(agent.pid)
 
         freshness = []
@@ -256,7 +298,7 @@ def run_agent(plane, work, wheels, model, window, watch_timeout, counters=False,
         "freshness_max": max(freshness), "ticks": ticks,
         "nvml_ms_per_gpu_tick": nvml / ticks / 8 * 1000 if ticks else float("nan"),
         "inits": after["scv_agent_nvml_inits_total"], "static_reads": after["scv_agent_nvml_static_reads_total"],
-        "scrapes": scrapes,
+        "scrapes": scrapes, "series": series,
         "counter_reads": after["scv_agent_nvml_counter_reads_total"] - before["scv_agent_nvml_counter_reads_total"],
         "pod_reads": after.get("scv_agent_pod_resources_reads_total", 0) - before.get(
             "scv_agent_pod_resources_reads_total", 0),
@@ -279,6 +321,8 @@ def main():
                         help="pods hold this many MIG devices the node does not have (a stand-in kubelet)")
     parser.add_argument("--sharing", action="store_true",
                         help="time-slice every GPU among 4 pods with real processes (root, for their cgroups)")
+    parser.add_argument("--mig", help="GPU instances per GPU (MIG on), each held by a pod: 0 (MIG off, a pod on each "
+                                      "GPU), 1 or 7, or several (0,1,7), each run in turn on the same control plane")
     parser.add_argument("--scrape-interval", type=float, default=0,
                         help="scrape /metrics every this many seconds during the window, as Prometheus would (0: none)")
     args = parser.parse_args()
@@ -295,10 +339,13 @@ def main():
         install_scv_crd(plane)
         plane.kubectl("create", "clusterrolebinding", "bench-nodes-scv", "--clusterrole=cluster-admin",
                       "--group=system:nodes")
+        layouts = [None] if args.mig is None else [int(per_gpu) for per_gpu in args.mig.split(",")]
         for model in args.models.split(","):
-            results[model] = run_agent(plane, work, args.wheels, model, args.window, args.watch_timeout,
-                                       args.every_counter, args.counters_interval, args.scrape_interval,
-                                       args.foreign_devices, sharing)
+            for per_gpu in layouts:
+                results[model, per_gpu] = run_agent(
+                    plane, work / ("mig-%s" % per_gpu), args.wheels, model, args.window, args.watch_timeout,
+                    args.every_counter, args.counters_interval, args.scrape_interval, args.foreign_devices, sharing,
+                    per_gpu)
         site = None if args.no_site else site_runs(plane, work)
     finally:
         plane.stop()
@@ -308,7 +355,7 @@ def main():
 
     print("machine: %s, %d cores; agent on %s" % (platform.platform(), os.cpu_count(), subprocess.run(
         ["/usr/bin/python3", "--version"], capture_output=True, text=True, check=True).stdout.strip()))
-    for model, result in results.items():
+    for (model, per_gpu), result in results.items():
         print("agent, 8 simulated H100s, %s-cost NVML model, updateInterval 1000 ms, watch timeout %d s, "
               "metrics on, %.0f s steady state:" % (model, args.watch_timeout, result["elapsed"]))
         print("  RSS: median %.1f MiB, max %.1f MiB; of it the NVML library's mappings %.2f MiB, "
@@ -324,6 +371,10 @@ def main():
         if args.foreign_devices:
             print("  pod-resources: %d reads of an answer naming %d MIG devices this node does not have"
                   % (result["pod_reads"], args.foreign_devices))
+        if per_gpu is not None:
+            print("  MIG: %d GPU instances (%d per GPU), each held by a pod; series: %d"
+                  % (8 * per_gpu, per_gpu, result["series"]) if per_gpu else
+                  "  MIG off: each GPU held by a pod; series: %d" % result["series"])
         if args.sharing:
             print("  sharing: %d pods on each of 8 GPUs; shared GPUs' processes read %d times (%d reads of the "
                   "kubelet)" % (PODS_PER_GPU, result["shared_reads"], result["pod_reads"]))

@@ -168,8 +168,10 @@ def _a100_card(i, bus, mig_enabled, mig_pending):
     }
 
 
+# A GPU with MIG on has no utilization of its own (NVML answers NOT_SUPPORTED; nvidia-smi shows N/A).
 A100_MIG_CARD0 = dict(
-    _a100_card(0, "07", True, True),
+    {key: value for key, value in _a100_card(0, "07", True, True).items()
+     if key not in ("gpuUtilization", "memoryUtilization")},
     migDevices=[
         {"index": 0, "uuid": "MIG-2f4e6d8c-0b1a-5c3d-9e8f-7a6b5c4d3e21", "model": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
          "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955,

@@ -13,7 +13,7 @@ import pytest
 from harness.agent import AgentProcess, pods_on_gpus
 from harness.common import replace_json, wait_until
 from harness.control_plane import read_object
-from harness.paths import scenario_uuids
+from harness.paths import scenario_path, scenario_uuids
 from harness.ansible import Ansible, venvs
 from harness.real_kubelet import ConfigFollower, Containerd, DevicePlugin, Kubelet, gpu_pod
 
@@ -312,3 +312,59 @@ def test_four_pods_time_slicing_one_gpu_each_show_their_own_memory(
         agent.wait_for(lambda: list(_memory_by_pod(agent)) == [""], 30)
     finally:
         agent.stop()
+
+
+MIG_SCENARIO = "h100_mig_mixed"   # GPU 0: a 3g.40gb, a 2g.20gb and two 1g.10gb; GPU 1: a 7g.80gb
+SMALL = "nvidia.com/mig-1g.10gb"
+
+
+def _mig_fact():
+    """The scenario's GPUs as gpu_facts gives them, as far as offered_devices reads them."""
+    data = json.loads(pathlib.Path(scenario_path(MIG_SCENARIO)).read_text())
+    return {"nvml_available": True, "cardList": [
+        {"uuid": device["uuid"], "model": device["name"], "migEnabled": True,
+         "migDevices": [{"uuid": entry["uuid"], "profile": entry["name"].rsplit(" MIG ", 1)[1]}
+                        for entry in device["migDevices"]]} for device in data["devices"]]}
+
+
+def _instance_holders(agent):
+    """{(gpu, GPU_I_ID): pod or ''} of the agent's FB_USED series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(sample.labels["gpu"], sample.labels.get("GPU_I_ID")): sample.labels.get("pod", "")
+            for family in text_string_to_metric_families(agent.metrics_text()) for sample in family.samples
+            if sample.name == "DCGM_FI_DEV_FB_USED"}
+
+
+def test_a_pod_given_a_mig_device_is_named_on_that_instance_under_the_mixed_strategy(
+        access, agent_command, real_node, tmp_path):
+    """NVIDIA's plugin under MIG strategy mixed offers each MIG device by its UUID as nvidia.com/mig-<profile>; the
+    kubelet gives a pod one of the two 1g.10gb devices, and the agent names the pod on exactly that GPU instance's
+    series, and on no other, until it ends."""
+    from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import offered_devices
+
+    kubelet, _plugin = real_node
+    offered = offered_devices(_mig_fact(), "mixed")
+    plugins = {resource: DevicePlugin(tmp_path, resource, ids).start() for resource, ids in offered.items() if ids}
+    instance_of = {entry["uuid"]: (str(index), str(entry["gpuInstanceId"]))
+                   for index, device in enumerate(json.loads(pathlib.Path(scenario_path(MIG_SCENARIO)).read_text())[
+                       "devices"]) for entry in device["migDevices"]}
+    agent = AgentProcess(agent_command, access, NODE, tmp_path, scenario=MIG_SCENARIO,
+                         extra=("--pod-resources-socket", str(kubelet.pod_resources_socket),
+                                "--pod-resources-interval", "1"))
+    try:
+        wait_until(lambda: kubelet.allocatable(SMALL) == "2", 60, "%s: 2 allocatable on %s" % (SMALL, NODE), 0.2)
+        agent.wait_for(lambda: len(_instance_holders(agent)) == 5, 30)
+        access.kubectl("create", "-f", "-", input_text=json.dumps(gpu_pod("infer", NAMESPACE, NODE, 1, SMALL)))
+        wait_until(lambda: _pod_phase(access, "infer") == "Running", 90, "pod infer Running", 0.5)
+        (given,) = plugins[SMALL].allocated[-1]
+        want = {key: ("infer" if key == instance_of[given] else "") for key in instance_of.values()}
+        agent.wait_for(lambda: _instance_holders(agent) == want, 15)
+
+        access.kubectl("delete", "pod", "infer", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s")
+        agent.wait_for(lambda: set(_instance_holders(agent).values()) == {""}, 30)
+    finally:
+        agent.stop()
+        for plugin in plugins.values():
+            plugin.set_devices([])
+            plugin.stop()

@@ -478,6 +478,8 @@ static void sim_refresh(void)
         sim_load();
 }
 
+static int sim_mig_enabled(const jval *gpu);
+
 typedef struct {
     const jval *gpu;      /* the physical GPU's description */
     const jval *mig;      /* the MIG device's description, or NULL */
@@ -582,6 +584,8 @@ static const struct { const char *name; long long ns; } sim_real_costs[] = {
     /* measured inside the agent's tick on the H100 (agent-tick-call-costs), and for the counters
      * of dcgm-exporter one call at a time (dcgm-counter-calls) */
     {"nvmlGpmSampleGet", 177200},
+    /* not measured (no MIG layout may be made on the cards lent): charged as a whole GPU's sample */
+    {"nvmlGpmMigSampleGet", 177200},
     {"nvmlDeviceGetTotalEnergyConsumption", 4322300},
     {"nvmlDeviceGetPcieReplayCounter", 182200},
     {"nvmlGpmSampleAlloc", 11000},
@@ -1159,7 +1163,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
     if (!utilization)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     u = j_get(dev.gpu, "utilization");
-    if (dev.mig || !sim_number(u, "gpu", &gpu) || !sim_number(u, "memory", &memory))
+    /* a GPU with MIG on has no utilization of its own: nvidia-smi shows N/A */
+    if (dev.mig || sim_mig_enabled(dev.gpu) || !sim_number(u, "gpu", &gpu) || !sim_number(u, "memory", &memory))
         SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
     utilization->gpu = (unsigned int)gpu;
     utilization->memory = (unsigned int)memory;
@@ -1335,7 +1340,8 @@ static nvmlReturn_t sim_codec(const sim_device *dev, const char *key, unsigned i
 
     if (!utilization || !period)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (dev->mig || !sim_number(dev->gpu, key, &value))
+    /* nvml.h: not supported on a GPU with MIG on, as its utilization rates */
+    if (dev->mig || sim_mig_enabled(dev->gpu) || !sim_number(dev->gpu, key, &value))
         return NVML_ERROR_NOT_SUPPORTED;
     *utilization = (unsigned int)value;
     *period = 100000;       /* us, as the H100 reported it */
@@ -3171,10 +3177,14 @@ SIM_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t 
 /*
  * GPU Performance Monitoring (Hopper and later): a device with "gpm": {"anyTensorUtil": 42} supports
  * it and answers NVML_GPM_METRIC_ANY_TENSOR_UTIL with that percentage between any two samples.
+ * With MIG on, nvmlGpmMigSampleGet samples one GPU instance of it: the metrics come from the "gpm" of
+ * that instance's entry in "migDevices" (an instance without one reads idle, 0), and a sample of the
+ * whole GPU is refused, as each instance is measured on its own.
  */
 struct nvmlGpmSample_st {
     unsigned int index;
     int taken;
+    int gi;               /* the GPU instance sampled, or -1: the whole GPU */
 };
 
 SIM_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
@@ -3207,10 +3217,29 @@ SIM_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gp
     SIM_DEVICE_CALL(device, dev);
     if (!gpmSample)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    if (dev.mig || !j_get(dev.gpu, "gpm"))
+    if (dev.mig || !j_get(dev.gpu, "gpm") || sim_mig_enabled(dev.gpu))
         SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
     gpmSample->index = dev.index;
     gpmSample->taken = 1;
+    gpmSample->gi = -1;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!gpmSample || dev.mig)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!j_get(dev.gpu, "gpm"))
+        SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+    /* the H200 with MIG off answered INVALID_ARGUMENT (real-h200/mig-check.json) */
+    if (!sim_mig_enabled(dev.gpu))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!sim_gi_entry(dev.gpu, gpuInstanceId))
+        SIM_RETURN(NVML_ERROR_NOT_FOUND);
+    gpmSample->index = dev.index;
+    gpmSample->taken = 1;
+    gpmSample->gi = (int)gpuInstanceId;
     SIM_RETURN(NVML_SUCCESS);
 }
 
@@ -3224,9 +3253,14 @@ SIM_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
     if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION)
         SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     if (!metricsGet->sample1->taken || !metricsGet->sample2->taken ||
-        metricsGet->sample1->index != metricsGet->sample2->index || metricsGet->sample1->index >= sim_device_count)
+        metricsGet->sample1->index != metricsGet->sample2->index || metricsGet->sample1->gi != metricsGet->sample2->gi ||
+        metricsGet->sample1->index >= sim_device_count)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     gpm = j_get(sim_devices[metricsGet->sample1->index], "gpm");
+    if (metricsGet->sample1->gi >= 0) {
+        const jval *entry = sim_gi_entry(sim_devices[metricsGet->sample1->index], (unsigned int)metricsGet->sample1->gi);
+        gpm = entry ? j_get(entry, "gpm") : NULL;
+    }
     for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
         long long value;
         nvmlGpmMetric_t *metric = &metricsGet->metrics[i];
@@ -3241,6 +3275,9 @@ SIM_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
         }
         if (key && sim_number(gpm, key, &value)) {
             metric->value = (double)value;
+            metric->nvmlReturn = NVML_SUCCESS;
+        } else if (key && metricsGet->sample1->gi >= 0) {
+            metric->value = 0.0;   /* an instance the scenario says nothing of is idle */
             metric->nvmlReturn = NVML_SUCCESS;
         } else {
             metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;

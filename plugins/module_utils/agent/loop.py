@@ -211,7 +211,9 @@ class Agent:
             scv_agent_nvml_seconds=self.readings.seconds,
             scv_agent_nvml_scrape_reads=self.readings.scrape_reads,
         )
-        pods = None if self.pods is None else self.pods.by_card((facts or {}).get("cardList") or [])
+        cards = (facts or {}).get("cardList") or []
+        pods = None if self.pods is None else self.pods.by_card(cards)
+        instance_pods = None if self.pods is None else self.pods.by_instance(cards)
         values.update({} if self.pods is None else self.pods.counters())
         metadata = self.pod_metadata if pods is not None else None
         values.update({} if metadata is None else metadata.counters())
@@ -220,8 +222,10 @@ class Agent:
             values["scv_agent_shared_gpu_reads"] = shares.reads
         return {"node": self.node, "facts": facts, "last_xids": self.session.xids.last(), "counters": values,
                 "served": self.dcgm_series, "pods": pods, "contested": self.writer.contest.contested(),
-                "shares": None if shares is None else shares.last,
-                "pod_extra": None if metadata is None else metadata.extra(pods)}
+                "shares": None if shares is None else shares.last, "instances": self.readings.instances,
+                "instance_pods": instance_pods,
+                "instance_replicas": None if self.pods is None else self.pods.replicas_by_instance(cards),
+                "pod_extra": None if metadata is None else metadata.extra(pods, instance_pods)}
 
     def healthz(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""

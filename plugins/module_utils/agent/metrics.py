@@ -83,15 +83,16 @@ def served_fields(served):
     return {path[0] for metric, path, _text in DCGM_CARD_GAUGES if metric in served}
 
 
-# GPM gives percentages and MiB per second; DCGM's profiling fields are ratios and bytes per second.
-_SCALE = {"tensorUtilization": 0.01, "graphicsActivity": 0.01, "dramActivity": 0.01,
-          "pcieTxMiBPerSecond": 1048576.0, "pcieRxMiBPerSecond": 1048576.0}
+# GPM gives percentages and MiB per second; DCGM's profiling fields are ratios and bytes per second (a percentage is
+# divided by 100, not multiplied by 0.01, so that 35 % reads 0.35, not 0.35000000000000003).
+_SCALE = {"tensorUtilization": (1.0, 100.0), "graphicsActivity": (1.0, 100.0), "dramActivity": (1.0, 100.0),
+          "pcieTxMiBPerSecond": (1048576.0, 1.0), "pcieRxMiBPerSecond": (1048576.0, 1.0)}
 
 
 def _field(card, path):
     if path[0] in _SCALE:
-        value = card.get(path[0])
-        return value * _SCALE[path[0]] if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        value, (times, over) = card.get(path[0]), _SCALE[path[0]]
+        return value * times / over if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     value = card
     for key in path:
         if not isinstance(value, dict) or key not in value:
@@ -184,37 +185,81 @@ def card_rows(rows, value, figure, share, extra=()):
     return found
 
 
+# A GPU with MIG on and GPU instances has no series of its own, as in dcgm-exporter's default monitoring: each GPU
+# instance has them, labelled with its profile and ID (and the GPU's labels). They show the instance's own memory and
+# engine activity, and the GPU's other readings repeated, as DCGM reads those from the GPU (its utilization and
+# codecs none: NVML has none with MIG on). GPM gives no PCIe traffic per instance, and DCGM serves an XID on an
+# instance only when the driver names that instance alone: the agent keeps XIDs per GPU, so neither is served.
+INSTANCE_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
+INSTANCE_OWN = frozenset(("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
+                          "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                          "DCGM_FI_PROF_DRAM_ACTIVE"))
+INSTANCE_LEFT_OUT = frozenset(("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", XID_ERRORS))
+
+
+def _units(snapshot, cards, driver):
+    """[(card, GPU instance readings or None, [label values per holder])]: what has series of its own, each GPU or
+    GPU instance, with a set of label values for each container holding it (one, with no pods or nobody)."""
+    node, pods = snapshot["node"], snapshot.get("pods")
+    shares, instances = snapshot.get("shares") or {}, snapshot.get("instances") or {}
+    mig = [""] * len(INSTANCE_LABELS) if any(instances.values()) else []
+    # the pod's UID and own labels (agent.pod_metadata): (names, {(pod, namespace): values}), after the pod labels
+    extra, extras = snapshot.get("pod_extra") or ((), {})
+    blank = [""] * len(extra)
+    units = []
+    for card in cards:
+        base, key = dcgm_labels(card, node, driver), card.get("id")
+        if instances.get(key):
+            holders = snapshot.get("instance_pods") or {}
+            replicas = snapshot.get("instance_replicas") or {}
+            parts = [(instance, base + [instance.get("profile") or "", str(instance["id"])], (key, instance["id"]))
+                     for instance in instances[key]]
+        else:
+            holders, replicas = pods or {}, {key: shares.get(key, {}).get("holders", {})}
+            parts = [(None, base + mig, key)]
+        for instance, labels, part in parts:
+            vgpu = replicas.get(part, {})
+            units.append((card, instance, [labels] if pods is None else [
+                labels + list(holder) + [vgpu.get(holder, "")] + extras.get(holder[:2], blank)
+                for holder in holders.get(part, NOBODY)]))
+    return units
+
+
+def _value(metric, path, card, instance, last):
+    if path is None:
+        return last.get(card.get("id"), 0)
+    if instance is None or metric not in INSTANCE_OWN:
+        return _field(card, path)
+    return _field(instance, path)
+
+
 def families(snapshot):
-    """Each series family of a snapshot (node, facts, last XIDs, counters, pods, shares): (name, "gauge" or
-    "counter", help text, label names, [(label values, value), ...])."""
+    """Each series family of a snapshot (node, facts, last XIDs, counters, pods, shares, GPU instances and their
+    pods): (name, "gauge" or "counter", help text, label names, [(label values, value), ...])."""
     node = snapshot["node"]
     cards = (snapshot["facts"] or {}).get("cardList") or []
     served = SERVED if snapshot.get("served") is None else snapshot["served"]   # a file may name none
     driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
     labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
+    if any((snapshot.get("instances") or {}).values()):
+        labels += INSTANCE_LABELS
     pods, shares = snapshot.get("pods"), snapshot.get("shares") or {}
-    # the pod's UID and own labels (agent.pod_metadata): (names, {(pod, namespace): values}), after the pod labels
-    extra, extras = snapshot.get("pod_extra") or ((), {})
+    extra = (snapshot.get("pod_extra") or ((), {}))[0]   # the names of the labels _units puts after the pod labels
     if pods is not None:
         labels += POD_LABELS + extra
-    # Each card's label values: one set, or one per container holding it.
-    series, blank = {}, [""] * len(extra)
-    for card in cards:
-        base, key = dcgm_labels(card, node, driver), card.get("id")
-        vgpu = shares.get(key, {}).get("holders", {})
-        series[key] = [base] if pods is None else [
-            base + list(holder) + [vgpu.get(holder, "")] + extras.get(holder[:2], blank)
-            for holder in pods.get(key, NOBODY)]
-    last = snapshot["last_xids"]
+    units, last = _units(snapshot, cards, driver), snapshot["last_xids"]
     for metric, path, text in DCGM_CARD_GAUGES + ((XID_ERRORS, None, "Value of the last XID error encountered."),):
         if metric not in served:
             continue
         figure = PER_POD.get(metric) if pods is not None else None
         rows = []
-        for card in cards:
-            value = last.get(card.get("id"), 0) if path is None else _field(card, path)
+        for card, instance, unit_rows in units:
+            if instance is not None and metric in INSTANCE_LEFT_OUT:
+                continue
+            value = _value(metric, path, card, instance, last)
             if value is not None:
-                rows += card_rows(series[card.get("id")], value, figure, shares.get(card.get("id")), extra)
+                share = shares.get(card.get("id")) if instance is None else None
+                rows += card_rows(unit_rows, value, figure, share, extra)
         yield metric, "gauge", text, labels + ((UID_LABEL,) if figure and UID_LABEL not in extra else ()), rows
 
     for metric, field, text in SCV_CARD_GAUGES:

@@ -151,15 +151,16 @@ class PodMetadata(threading.Thread):
                         exc_info=not isinstance(error, ApiError))
         self.problem = problem
 
-    def extra(self, by_card):
-        """(label names, {(pod, namespace): [their values]}) for the pods ``by_card`` names ({card: [(pod, namespace,
-        container)]}): the allowed labels any of them has, in name order, then ``pod_uid`` when asked for. A pod
-        without a label has '' (no label, to Prometheus). No names while the pods cannot be read."""
+    def extra(self, *held_by):
+        """(label names, {(pod, namespace): [their values]}) for the pods ``held_by`` names (each {card or GPU
+        instance: [(pod, namespace, container)]}): the allowed labels any of them has, in name order, then
+        ``pod_uid`` when asked for. A pod without a label has '' (no label, to Prometheus). No names while the
+        pods cannot be read."""
         with self._lock:
             known = self._pods
         if known is None:
             return (), {}
-        held = {holder[:2] for holders in by_card.values() for holder in holders}
+        held = {holder[:2] for table in held_by for holders in (table or {}).values() for holder in holders}
         chosen = {key: known[key] for key in held if key in known}
         names = tuple(sorted({name for _uid, labels in chosen.values() for name in labels}))
         values = {key: [labels.get(name, "") for name in names] + ([uid] if self.uid else [])

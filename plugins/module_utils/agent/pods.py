@@ -106,6 +106,7 @@ class PodAttribution(threading.Thread):
         self.problem = None
         self._local = None        # this node's device IDs, as bytes (None: not learnt yet)
         self._mig_parents = {}    # this node's MIG device UUIDs: their GPU's UUID
+        self._mig_instances = {}  # this node's MIG device UUIDs: (their GPU's UUID, their GPU instance ID)
         self._learnt = None       # what the local IDs were learnt from (see learn)
         self._learn_problem = None
         self._lock = threading.Lock()
@@ -149,14 +150,14 @@ class PodAttribution(threading.Thread):
 
     def learn(self, cards, mig_devices, generation=0):
         """Learns this node's device IDs, in the thread that reads NVML: the ``id`` and ``uuid`` of each card, and
-        the MIG devices ``mig_devices()`` gives ({MIG UUID: GPU UUID}). That call is made again only when the
+        the MIG devices ``mig_devices()`` gives ({MIG UUID: (GPU UUID, GPU instance ID)}). That call is made again only when the
         cards or ``generation`` change: the agent passes the count of its static readings, which a SIGHUP (the
         mig_layout role sends one), a new NVML session and the static refresh interval move on."""
         key = (generation, tuple((card.get("id"), card.get("uuid")) for card in cards))
         if key == self._learnt:
             return
         try:
-            parents = dict(mig_devices())
+            instances = dict(mig_devices())
         except Exception as error:  # pylint: disable=broad-exception-caught
             if str(error) != self._learn_problem:
                 LOG.warning("this node's MIG devices could not be listed (pods holding them are left off for now): "
@@ -164,12 +165,14 @@ class PodAttribution(threading.Thread):
             self._learn_problem = str(error)
             return
         self._learn_problem = None
+        parents = {uuid: instance[0] for uuid, instance in instances.items()}
         local = {str(value).encode("utf-8") for card in cards for value in (card.get("id"), card.get("uuid"))
                  if value is not None}
         local.update(b"nvidia%d" % card["id"] for card in cards if isinstance(card.get("id"), int))
         local.update(uuid.encode("utf-8") for uuid in parents)
         with self._lock:
             self._local, self._mig_parents, self._learnt = frozenset(local), parents, key
+            self._mig_instances = instances
 
     def mig_gpus(self):
         """The UUIDs of this node's GPUs that have MIG devices (as last learnt)."""
@@ -186,19 +189,50 @@ class PodAttribution(threading.Thread):
         return {card: sorted(set().union(*found))
                 for card, found in _per_card(holders, parents, cards, self.id_type).items()}
 
+    def by_instance(self, cards):
+        """{(card id, GPU instance ID): [(pod, namespace, container)]} for the GPU instances (MIG) some container
+        holds, through any of the instance's MIG devices."""
+        with self._lock:
+            holders, instances = self.holders, self._mig_instances
+        return {key: sorted(set().union(*found)) for key, found in _per_instance(holders, instances, cards).items()}
+
+    def replicas_by_instance(self, cards):
+        """{(card id, GPU instance ID): {(pod, namespace, container): "n"}}: as :meth:`replicas_by_card`, for the
+        GPU instances shared by time-slicing or MPS."""
+        with self._lock:
+            replicas, instances = self.replicas, self._mig_instances
+        return {key: _numbers(found) for key, found in _per_instance(replicas, instances, cards).items()}
+
     def replicas_by_card(self, cards):
         """{card id: {(pod, namespace, container): "n"}} for the cards shared by time-slicing or MPS: the replica
         numbers each container holds, as the ``vgpu`` label shows them (several joined by commas, in order)."""
         with self._lock:
             replicas, parents = self.replicas, self._mig_parents
-        result = {}
-        for card, found in _per_card(replicas, parents, cards, self.id_type).items():
-            numbers = {}
-            for holding in found:
-                for holder, held in holding.items():
-                    numbers.setdefault(holder, set()).update(held)
-            result[card] = {holder: ",".join(sorted(held, key=_sort_key)) for holder, held in numbers.items()}
-        return result
+        return {card: _numbers(found) for card, found in _per_card(replicas, parents, cards, self.id_type).items()}
+
+
+def _numbers(found):
+    """{holder: "n,m"} from [{holder: {replica numbers}}]: each holder's replicas, in order, joined by commas."""
+    numbers = {}
+    for holding in found:
+        for holder, held in holding.items():
+            numbers.setdefault(holder, set()).update(held)
+    return {holder: ",".join(sorted(held, key=_sort_key)) for holder, held in numbers.items()}
+
+
+def _per_instance(table, instances, cards):
+    """{(card id, GPU instance ID): [the values of ``table`` (keyed by device ID) of the instance's MIG devices]}:
+    by their UUIDs, or as GKE names an instance (nvidia<index>/gi<GPU instance ID>)."""
+    ids = {card.get("uuid"): card.get("id") for card in cards}
+    found = {}
+    for device, value in table.items():
+        instance = instances.get(device) if device.startswith(MIG_PREFIX) else None
+        if instance is not None and instance[0] in ids:
+            found.setdefault((ids[instance[0]], instance[1]), []).append(value)
+        named = GKE_MIG.match(device) if instance is None else None
+        if named:
+            found.setdefault((int(named.group(1)), int(named.group(2))), []).append(value)
+    return found
 
 
 def _card_key(device, parents, id_type):

@@ -19,7 +19,6 @@ import threading
 import time
 
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import TELEMETRY_FIELDS
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import local_mig_devices
 
 LOG = logging.getLogger("scv-gpu-agent")
 # What the telemetry subset adds to a card (nvml.card._read_telemetry, and the memory temperature field).
@@ -39,6 +38,7 @@ class Readings:
         self.seconds = 0.0         # spent reading NVML, ticks and scrapes
         self.scrape_reads = 0
         self._facts = None
+        self.instances = {}        # card index: its GPU instances' readings (MIG on), as the last scrape read them
         self._telemetry = {}       # card UUID: the telemetry last read
         self._lock = threading.Lock()
 
@@ -55,10 +55,20 @@ class Readings:
         try:
             facts = self._read(["telemetry", "counters", "fabric"])
             self.scrape_reads += 1
+            self._read_instances(facts.get("cardList") or [])
             if self.shares is not None:
                 self._read_shares(facts.get("cardList") or [])
         except Exception as error:  # pylint: disable=broad-exception-caught
             LOG.error("reading NVML for a scrape failed (the last readings are served): %s", error)
+
+    def _read_instances(self, cards):
+        """The GPU instances of the GPUs with MIG on, for their own series (``nvml.mig_instances``)."""
+        with self._lock:
+            started = time.perf_counter()
+            try:
+                self.instances = self.session.mig.read(self.session, cards)
+            finally:
+                self.seconds += time.perf_counter() - started
 
     def _read_shares(self, cards):
         """Each pod's part of the shared GPUs, with the telemetry just read (an idle GPU needs no samples)."""
@@ -87,7 +97,8 @@ class Readings:
             self._keep_telemetry(facts.get("cardList") or [], "telemetry" in subsets)
             self.xid_policy.apply(facts, self.session.xids, self.session.clock())
             if self.pods is not None:
-                self.pods.learn(facts.get("cardList") or [], local_mig_devices, self.session.static_reads)
+                cards = facts.get("cardList") or []
+                self.pods.learn(cards, lambda: self.session.mig.devices(self.session, cards), self.session.static_reads)
             self._facts = facts
             return facts
 

@@ -37,22 +37,31 @@ class GpmActivity:
     """
 
     def __init__(self):
-        self._cards = {}   # card index -> {"supported": bool, "previous": GPM sample}
+        self._cards = {}   # card index, or (card index, GPU instance ID) -> {"supported": bool, "previous": GPM sample}
 
-    def read(self, index, handle, card):
-        state = self._cards.get(index)
+    def read(self, index, handle, card, instance=None):
+        """Puts the metrics since the last read of card ``index`` (``handle``) in ``card``; with ``instance``, those
+        of that GPU instance of the card (MIG on: ``card`` is then the instance's readings)."""
+        key = index if instance is None else (index, instance)
+        state = self._cards.get(key)
         if state is None:
             try:
                 supported = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
             except pynvml.NVMLError:
                 supported = False
-            state = self._cards[index] = {"supported": supported, "previous": None}
+            state = self._cards[key] = {"supported": supported, "previous": None}
         if not state["supported"]:
             return
+        sample = None
         try:
             sample = pynvml.nvmlGpmSampleAlloc()
-            pynvml.nvmlGpmSampleGet(handle, sample)
+            if instance is None:
+                pynvml.nvmlGpmSampleGet(handle, sample)
+            else:
+                pynvml.nvmlGpmMigSampleGet(handle, instance, sample)
         except pynvml.NVMLError:
+            if sample is not None:
+                _free(sample)
             return
         previous, state["previous"] = state["previous"], sample
         if previous is None:
@@ -72,6 +81,13 @@ class GpmActivity:
             pass
         finally:
             _free(previous)
+
+    def forget(self, keep):
+        """Frees the samples of the GPU instances not in ``keep`` ({(card index, GPU instance ID)}): destroyed."""
+        for key in [key for key in self._cards if isinstance(key, tuple) and key not in keep]:
+            state = self._cards.pop(key)
+            if state.get("previous") is not None:
+                _free(state["previous"])
 
     def free(self):
         """Frees every sample kept (before NVML shuts down)."""

@@ -34,6 +34,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import init_f
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.fabric import FabricChecks
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.xid_events import XidEvents, XidLog
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.health_readings import settled_health
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig_instances import MigInstances
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.slow_readings import DEFAULT_INTERVAL_S, SlowReadings
 
 
@@ -150,7 +151,6 @@ class Session:
     (about 11 ms on an H100, plus about 11 ms to attach each GPU), and each card's static readings (see
     ``Static``) are read once per session, every ``static_refresh_s`` seconds, and after :meth:`refresh_static`.
     A read then asks each card only what changes: memory, persistence mode, the health counters, telemetry.
-
     The ``counters`` subset, GPM and the ``fabric`` subset are read every ``counters_interval_s``; the fabric after XIDs too.
     """
 
@@ -164,7 +164,7 @@ class Session:
         self._wanted = threading.Event()      # the reader waits for the lock: the waiter lets it have it
         self._open = threading.Event()        # NVML is initialised (the waiter waits for it before its first wait)
         self._events = XidEvents()
-        self.slow = SlowReadings(self.clock, counters_interval_s)
+        self.slow, self.mig = SlowReadings(self.clock, counters_interval_s), MigInstances()   # mig: read at scrapes
         self.inits, self.static_reads = 0, 0    # successful nvmlInit calls; static readings (re)started
         self.last_reinit_reason = self._system = None
         self._handles, self._uuids = [], []
@@ -213,6 +213,7 @@ class Session:
             with self._nvml_lock:
                 self._events.free()
                 self.slow.free()
+                self.mig.free()
                 if self._open.is_set():
                     self._open.clear()
                     try:

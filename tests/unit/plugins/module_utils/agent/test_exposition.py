@@ -50,12 +50,17 @@ CARDS = [card(0), card(1, model='a "quoted"\\odd\nname', health="Unhealthy"), ca
           "pods": {("a", "ml"): {"uid": "u-a", "memory": 100}, ("b", "ml"): {"uid": "u-b", "memory": 200}}}},
      None),
     (None, {}, frozenset(["DCGM_FI_DEV_FB_USED"])),              # a counters file naming one series, no driver label
-], ids=["no-pods", "shared", "one-series"])
-def test_the_exposition_is_what_prometheus_client_writes(pods, shares, served):
+    ({0: [("", "", "")], 1: [("", "", "")], 2: [("x", "ns", "main")]}, {}, None),   # GPU 1 has MIG on
+], ids=["no-pods", "shared", "one-series", "mig"])
+def test_the_exposition_is_what_prometheus_client_writes(pods, shares, served, request):
+    mig = request.node.callspec.id == "mig"
+    instances = {1: [{"id": 1, "profile": "3g.40gb", "usedMemory": 5}, {"id": 2, "profile": "1g.10gb"}]} if mig else {}
+
     def snapshot():
         return {"node": "node-1", "facts": {"cardList": CARDS, "driver_version": "580.159.04"},
                 "last_xids": {1: 79}, "counters": {"scv_agent_ticks": 12, "scv_agent_nvml_seconds": 0.25},
-                "served": served, "pods": pods, "shares": shares, "contested": True}
+                "served": served, "pods": pods, "shares": shares, "contested": True, "instances": instances,
+                "instance_pods": {(1, 2): [("y", "ns", "c")]}, "instance_replicas": {}}
 
     text = exposition(snapshot)
     assert text == reference(snapshot)

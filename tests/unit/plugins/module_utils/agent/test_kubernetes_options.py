@@ -107,10 +107,13 @@ def test_gpus_are_found_by_the_ids_their_type_names_and_mig_devices_either_way(i
               _held("by-name", "nvidia0"), _held("gke-shared", "nvidia1/vgpu2"), _held("mig", "MIG-a"),
               _held("gke-mig", "nvidia3/gi2/vgpu0"), _held("stranger", "nvidia9", "GPU-9", "9")]
     pods = PodAttribution("/none", 10, threading.Event(), lister=lambda *_args: answer, id_type=id_type)
-    pods.learn(GPUS, lambda: {"MIG-a": "GPU-2"})
+    pods.learn(GPUS, lambda: {"MIG-a": ("GPU-2", 1)})
     pods.refresh()
     assert pods.refreshed.is_set()
     assert {card: [holder[0] for holder in held] for card, held in pods.by_card(GPUS).items()} == expected
+    # a MIG device's pod is named on its GPU instance's series: by its UUID, or nvidia<index>/gi<GPU instance ID>
+    assert pods.by_instance(GPUS) == {(2, 1): [("mig", "ns", "c")], (3, 2): [("gke-mig", "ns", "c")]}
+    assert pods.replicas_by_instance(GPUS) == {(3, 2): {("gke-mig", "ns", "c"): "0"}}
 
 
 def test_gkes_vgpu_suffix_is_a_replica_and_the_kubelets_answer_keeps_device_names_of_this_node():
@@ -178,3 +181,18 @@ def test_held_series_carry_the_pods_uid_and_labels_and_the_whole_gpu_none(extra)
     assert memory[1] == {} and memory[2] == dict({"pod": "a", "namespace": "ml", "container": "c", "vgpu": "0",
                                                   "pod_uid": "log-a"}, **app)
     assert memory[3]["pod_uid"] == "log-b" and memory[4] == temperature[3]
+
+
+def test_a_pod_holding_a_gpu_instance_has_its_uid_and_labels_on_that_instances_series():
+    from test_mig_series import INSTANCES, MIG, WHOLE
+
+    snapshot = {"node": "n", "facts": {"cardList": [WHOLE, MIG], "driver_version": "580"}, "last_xids": {},
+                "counters": {}, "served": None, "pods": {0: [("whole", "ns", "c")]}, "shares": {},
+                "instances": INSTANCES, "instance_pods": {(1, 5): [("small", "ns", "c")]}, "instance_replicas": {},
+                "pod_extra": (("app", "pod_uid"), {("small", "ns"): ["infer", "u-s"], ("whole", "ns"): ["", "u-w"]})}
+    found = {name: (names, rows) for name, _kind, _text, names, rows in families(snapshot)}
+    names, rows = found["DCGM_FI_DEV_FB_USED"]
+    named = {(labels["gpu"], labels["GPU_I_ID"]): (labels["pod"], labels["app"], labels["pod_uid"])
+             for labels in (dict(zip(names, values)) for values, _value in rows)}
+    assert named == {("0", ""): ("whole", "", "u-w"), ("1", "1"): ("", "", ""), ("1", "5"): ("small", "infer", "u-s")}
+    assert exposition(lambda: snapshot) == reference(lambda: snapshot)

@@ -43,7 +43,7 @@ def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
 
     def mig_devices():
         listed.append(1)
-        return {"MIG-x": "GPU-1"}
+        return {"MIG-x": ("GPU-1", 3)}
 
     pods.learn(CARDS, mig_devices)
     pods.refresh()
@@ -51,6 +51,7 @@ def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
     assert kept == [frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2", b"MIG-x", b"nvidia0", b"nvidia1",
                                b"nvidia2"})]
     assert pods.by_card(CARDS) == {0: [("p", "ns", "c")], 1: [("m", "ns", "c")], 2: [("q", "ns", "c")]}
+    assert pods.by_instance(CARDS) == {(1, 3): [("m", "ns", "c")]}   # MIG-y is no device of this node
     pods.learn(CARDS, mig_devices)
     assert len(listed) == 1                        # the same cards, the same static readings: not listed again
     pods.learn(CARDS, mig_devices, generation=1)   # the static readings were read again (a SIGHUP): listed again
