@@ -245,6 +245,13 @@ def test_the_pods_are_read_when_the_pods_holding_gpus_change_and_when_due_never_
     assert reading.reads == 4                                          # another pod holds a GPU
     assert reading.extra({1: [("notebook", node, "main")]}) == (("pod_uid",), {("notebook", node): [notebook]})
     assert reading.failures == 0 and reading.problem is None
+    # what each read asked for: the pods' metadata, not their spec and status
+    from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import METADATA_ONLY
+
+    answer = reading.client.request("GET", "list", "pods", reading.client.url(
+        "/api/v1/pods", fieldSelector="spec.nodeName=%s" % node), accept=METADATA_ONLY)
+    assert answer["kind"] == "PartialObjectMetadataList" and len(answer["items"]) == 2
+    assert "spec" not in answer["items"][0] and answer["items"][0]["metadata"]["uid"] in (train, notebook)
 
 
 def test_a_failed_read_takes_the_extra_labels_away_and_is_tried_again_after_a_pause_said_once(
