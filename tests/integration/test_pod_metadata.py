@@ -84,8 +84,8 @@ def test_pod_uid_and_allowed_pod_labels_come_with_the_nodes_own_credentials_and_
         access, agent_command, node, namespace, tmp_path, kubelet, api_requests):
     uuids, logs = scenario_uuids("h100_sxm_x8"), tmp_path / "pod-logs"
     logs.mkdir()
-    train = bound_pod(access, "train", namespace, node, {"app": "trainer", "team.example.com/owner": "alice",
-                                                        "tier": "gold", "gpu": "7", "pod": "spoof"})
+    labels = {"app": "trainer", "team.example.com/owner": "alice", "tier": "gold", "gpu": "7", "pod": "spoof"}
+    train = bound_pod(access, "train", namespace, node, labels)
     notebook = bound_pod(access, "notebook", namespace, node, {"app": "notebook"})
     bound_pod(access, "foreign", namespace, "other-" + node, {"app": "foreign"})   # another node's
     logs_entry(logs, namespace, "train", train)

@@ -156,9 +156,9 @@ SHARES = {1: {"holders": {("a", "ml", "c"): "0", ("b", "ml", "c"): "1"}, "split"
 def _rows(extra, metric):
     found = {name: (names, rows) for name, _kind, _text, names, rows in families(snapshot(PODS, SHARES, extra))}
     names, rows = found[metric]
-    return [{name: value for name, value in zip(names, values) if value and name not in (
-        "gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION")} for values, value
-            in rows]
+    base = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION")
+    return [{name: value for name, value in zip(names, values) if value and name not in base}
+            for values, _value in rows]
 
 
 @pytest.mark.parametrize("extra", [
