@@ -103,8 +103,8 @@ def test_the_gpu_instance_profile_is_read_from_the_mig_device_name():
     assert gpu_instance_profile("NVIDIA H100 80GB HBM3") is None
 
 
-def test_each_instance_takes_its_samples_in_two_buffers_and_asks_only_the_engines(scenario_file, session,
-                                                                                   nvml_simulator, monkeypatch):
+def test_each_instance_takes_its_samples_in_two_buffers_and_asks_only_the_engines(
+        scenario_file, session, nvml_simulator, monkeypatch):
     counted = {"alloc": 0, "free": 0}
 
     def counting(name, function):
