@@ -101,3 +101,26 @@ def test_the_gpu_instance_profile_is_read_from_the_mig_device_name():
     assert gpu_instance_profile("NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb") == "3g.40gb"
     assert gpu_instance_profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me") == "1g.10gb+me"
     assert gpu_instance_profile("NVIDIA H100 80GB HBM3") is None
+
+
+def test_each_instance_takes_its_samples_in_two_buffers_and_asks_only_the_engines(
+        scenario_file, session, nvml_simulator, monkeypatch):
+    counted = {"alloc": 0, "free": 0}
+
+    def counting(name, function):
+        def call(*args):
+            counted[name] += 1
+            return function(*args)
+        return call
+
+    monkeypatch.setattr(pynvml, "nvmlGpmSampleAlloc", counting("alloc", pynvml.nvmlGpmSampleAlloc))
+    monkeypatch.setattr(pynvml, "nvmlGpmSampleFree", counting("free", pynvml.nvmlGpmSampleFree))
+    scenario_file("h100_mig_mixed")
+    nvml_simulator.reset_calls()
+    found = _read(session, rounds=6)
+    assert nvml_simulator.calls_of("nvmlGpmMigSampleGet") == 6 * 5
+    # two buffers per instance, used in turn; one for each GPU, whose whole-GPU sample MIG refuses, kept for the next
+    assert counted == {"alloc": 2 * 5 + 2, "free": 0}
+    assert "pcieTxMiBPerSecond" not in found[0][0] and found[0][0]["graphicsActivity"] == 62.0
+    session.close()
+    assert counted == {"alloc": 2 * 5 + 2, "free": 2 * 5 + 2}
