@@ -3,6 +3,7 @@ by device name, and the series families with a pod's UID and labels (the API rea
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, families
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import (
+    TAKEN,
     PodMetadata,
     allowed_labels,
     compile_patterns,
@@ -18,6 +20,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution, device_replicas
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import decode_list_response
 
+from harness.paths import ROOT
 from test_exposition import CARDS, reference
 
 
@@ -73,6 +76,19 @@ def test_label_names_are_prometheus_names():
     assert label_name("app.kubernetes.io/name") == "app_kubernetes_io_name"
     assert label_name("team-a") == "team_a" and label_name("Tier_2") == "Tier_2"
     assert label_name("9lives") == "_9lives"
+
+
+def test_names_and_the_allowlist_are_dcgm_exporters_own():
+    """tests/fixtures/dcgm-exporter/pod-labels.json: what dcgm-exporter's SanitizeLabelName and its allowlist
+    matching (Go's regexp) gave (tools/dcgm-exporter/make-pod-label-fixture, at the commit it names)."""
+    fixture = json.loads((ROOT / "tests" / "fixtures" / "dcgm-exporter" / "pod-labels.json").read_text())
+    assert fixture["commit"].startswith("d5e5f51")
+    # the same names, but where a key begins with a digit: dcgm-exporter serves a name Prometheus refuses
+    assert {key: label_name(key) for key in fixture["names"]} == dict(fixture["names"], **{"9lives": "_9lives"})
+    for patterns, admitted in zip(fixture["allowlists"], fixture["admitted"]):
+        found = [key for key in sorted(fixture["names"]) if allowed_labels({key: "v"}, compile_patterns(patterns))]
+        assert found == sorted(admitted), patterns
+    assert {"gpu", "pod_uid"} <= TAKEN      # keys the fixture has whose names the agent leaves off, as the series
 
 
 def test_the_allowlist_searches_each_key_and_any_pattern_admits_it():
