@@ -190,7 +190,7 @@ def test_a_kubelet_that_is_gone_or_slow_takes_the_labels_away_and_never_holds_up
         agent.stop()
 
 
-def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_command, node, tmp_path, kubelet):
+def test_a_mig_device_a_pod_holds_labels_its_gpu_instance(access, agent_command, node, tmp_path, kubelet):
     import json
 
     scenario = json.loads(scenario_path("h100_mig_mixed").read_text())
@@ -201,12 +201,17 @@ def test_a_mig_device_a_pod_holds_labels_the_gpu_it_is_part_of(access, agent_com
                                                     ["MIG-00000000-0000-0000-0000-00000000"])]))]
     agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_mig_mixed",
                          extra=("--pod-resources-socket", kubelet.socket, "--pod-resources-interval", "1"))
+
+    def holders():
+        from prometheus_client.parser import text_string_to_metric_families
+
+        return {(sample.labels["gpu"], sample.labels["GPU_I_ID"]): sample.labels.get("pod", "")
+                for family in text_string_to_metric_families(agent.metrics_text()) for sample in family.samples
+                if sample.name == "DCGM_FI_DEV_FB_USED"}
+
     try:
-        agent.wait_for(lambda: pods_on_gpus(agent).get(0) == [("big", "ml", "worker"), ("small", "ml", "worker")], 20)
-        assert pods_on_gpus(agent)[1] == [("", "", "")]      # the MIG device NVML does not know labels nothing
-        # two pods on one GPU's MIG devices share it: memory is split per pod (their MIG devices' processes), the
-        # utilization, which NVML cannot split with MIG, stays whole on each holder's series
-        assert pods_on_gpus(agent, "DCGM_FI_DEV_FB_USED")[0] == [("", "", ""), ("big", "ml", "worker"),
-                                                                 ("small", "ml", "worker")]
+        # each pod on its own GPU instance's series, the others (and the MIG device NVML does not know) nobody's
+        want = {("0", "1"): "big", ("0", "2"): "", ("0", "3"): "small", ("0", "4"): "", ("1", "1"): ""}
+        agent.wait_for(lambda: holders() == want, 20)
     finally:
         agent.stop()

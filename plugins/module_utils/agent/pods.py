@@ -183,11 +183,11 @@ class PodAttribution(threading.Thread):
         return {"scv_agent_pod_resources_reads": self.refreshes, "scv_agent_pod_resources_failures": self.failures}
 
     def by_card(self, cards):
-        """{card id: [(pod, namespace, container)]} for the cards some container holds."""
+        """{card id: [(pod, namespace, container)]} for the cards some container holds whole (a MIG device's holders
+        are its GPU instance's: :meth:`by_instance`)."""
         with self._lock:
-            holders, parents = self.holders, self._mig_parents
-        return {card: sorted(set().union(*found))
-                for card, found in _per_card(holders, parents, cards, self.id_type).items()}
+            holders = self.holders
+        return {card: sorted(set().union(*found)) for card, found in _per_card(holders, cards, self.id_type).items()}
 
     def by_instance(self, cards):
         """{(card id, GPU instance ID): [(pod, namespace, container)]} for the GPU instances (MIG) some container
@@ -207,8 +207,8 @@ class PodAttribution(threading.Thread):
         """{card id: {(pod, namespace, container): "n"}} for the cards shared by time-slicing or MPS: the replica
         numbers each container holds, as the ``vgpu`` label shows them (several joined by commas, in order)."""
         with self._lock:
-            replicas, parents = self.replicas, self._mig_parents
-        return {card: _numbers(found) for card, found in _per_card(replicas, parents, cards, self.id_type).items()}
+            replicas = self.replicas
+        return {card: _numbers(found) for card, found in _per_card(replicas, cards, self.id_type).items()}
 
 
 def _numbers(found):
@@ -235,23 +235,23 @@ def _per_instance(table, instances, cards):
     return found
 
 
-def _card_key(device, parents, id_type):
-    """The UUID or index (as text) of the card a device ID names, by ``id_type``; None: none of this node's."""
-    if device.startswith(MIG_PREFIX):
-        return parents.get(device)
-    found = GKE_MIG.match(device) or (DEVICE_NAME.match(device) if id_type == "device-name" else None)
+def _card_key(device, id_type):
+    """The UUID or index (as text) of the whole card a device ID names, by ``id_type``; None: none of this node's,
+    or a MIG device, whose holders are its GPU instance's (see _per_instance)."""
+    if device.startswith(MIG_PREFIX) or GKE_MIG.match(device):
+        return None
+    found = DEVICE_NAME.match(device) if id_type == "device-name" else None
     if found:
         return found.group(1)
     return device if id_type == "uid" else None
 
 
-def _per_card(table, parents, cards, id_type="uid"):
-    """{card id: [the values of ``table`` (keyed by device ID) that belong to the card]}: with ``id_type`` uid its
-    UUID or index, with device-name its device name (nvidia0); either way a MIG device of it, by UUID or GKE's
-    nvidia<index>/gi<instance>."""
+def _per_card(table, cards, id_type="uid"):
+    """{card id: [the values of ``table`` (keyed by device ID) that name the whole card]}: with ``id_type`` uid its
+    UUID or index, with device-name its device name (nvidia0)."""
     found = {}
     for device, value in table.items():
-        key = _card_key(device, parents, id_type)
+        key = _card_key(device, id_type)
         if key is not None:
             found.setdefault(key, []).append(value)
     result = {}

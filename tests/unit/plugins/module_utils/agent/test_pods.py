@@ -29,7 +29,7 @@ def test_replicas_of_a_shared_gpu_count_once_per_container_and_other_resources_n
     assert holders == {"GPU-1": [("a", "ns", "c"), ("b", "ns", "c")]}
 
 
-def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
+def test_cards_are_found_by_uuid_and_by_index_and_mig_devices_by_their_gpu_instance():
     answers = [[held("p", "c", "nvidia.com/gpu", "GPU-0"), held("q", "c", "nvidia.com/gpu", "2"),
                 held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x"), held("g", "c", "nvidia.com/mig-1g.10gb", "MIG-y")]]
     kept = []
@@ -50,8 +50,9 @@ def test_cards_are_found_by_uuid_by_index_and_through_their_mig_devices():
     # device names too: GKE's MIG devices (nvidia<index>/gi<instance>) are found in either ID type
     assert kept == [frozenset({b"0", b"1", b"2", b"GPU-0", b"GPU-1", b"GPU-2", b"MIG-x", b"nvidia0", b"nvidia1",
                                b"nvidia2"})]
-    assert pods.by_card(CARDS) == {0: [("p", "ns", "c")], 1: [("m", "ns", "c")], 2: [("q", "ns", "c")]}
-    assert pods.by_instance(CARDS) == {(1, 3): [("m", "ns", "c")]}   # MIG-y is no device of this node
+    # a MIG device's holder is its GPU instance's, not the whole GPU's; MIG-y is no device of this node
+    assert pods.by_card(CARDS) == {0: [("p", "ns", "c")], 2: [("q", "ns", "c")]}
+    assert pods.by_instance(CARDS) == {(1, 3): [("m", "ns", "c")]}
     pods.learn(CARDS, mig_devices)
     assert len(listed) == 1                        # the same cards, the same static readings: not listed again
     pods.learn(CARDS, mig_devices, generation=1)   # the static readings were read again (a SIGHUP): listed again
