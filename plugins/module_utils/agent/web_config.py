@@ -49,8 +49,9 @@ UNSUPPORTED = {
     "tls_server_config.client_allowed_sans": "give the agent a client CA that signs only the clients allowed "
                                              "(client_ca_file), and remove client_allowed_sans",
 }
-# A bcrypt hash as exporter-toolkit's library reads one: $2$, $2a$, $2b$, $2x$ or $2y$, a cost, 53 characters.
-BCRYPT_HASH = re.compile(r"\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}\Z")
+# A bcrypt hash that the bcrypt package checks: $2a$, $2b$, $2x$ or $2y$, a cost, 53 characters. (Go's
+# library, exporter-toolkit's, also reads the first version's $2$, which no current tool writes.)
+BCRYPT_HASH = re.compile(r"\$2[abxy]\$(\d\d)\$[./A-Za-z0-9]{53}\Z")
 HASH_HOWTO = ("write a bcrypt hash of the password (htpasswd -nBC 10 '' | tr -d ':\\n', or python3 -c "
               "\"import bcrypt, getpass; print(bcrypt.hashpw(getpass.getpass().encode(), bcrypt.gensalt()).decode())\")")
 

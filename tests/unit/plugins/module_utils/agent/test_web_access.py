@@ -10,7 +10,7 @@ import ssl
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent import server, web_config
+from ansible_collections.scv.gpu.plugins.module_utils.agent import server, web_access, web_config
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.web_access import Authenticator, parse_basic
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
@@ -59,6 +59,23 @@ def test_a_crowd_of_wrong_passwords_does_not_push_out_the_scrapers_success(tmp_p
         assert not auth.allows(web, basic("prometheus", "guess%d" % attempt))
     checks = auth.bcrypt_checks
     assert auth.allows(web, basic("prometheus", "pw")) and auth.bcrypt_checks == checks
+    assert not auth.allows(web, basic("prometheus", "guess0")) and auth.bcrypt_checks == checks + 1   # pushed out
+
+
+def test_failed_handshakes_are_logged_once_a_minute_each_kind(caplog, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(web_access.time, "monotonic", lambda: clock[0])
+    log = web_access.HandshakeLog()
+    for _attempt in range(3):
+        log.failed(("10.0.0.9", 4000), "plain HTTP to the TLS port (answered 400)")
+    log.failed(("10.0.0.9", 4001), "PEER_DID_NOT_RETURN_A_CERTIFICATE")
+    clock[0] += 59.0
+    log.failed(("10.0.0.9", 4002), "PEER_DID_NOT_RETURN_A_CERTIFICATE")
+    clock[0] += 1.0
+    log.failed(("10.0.0.9", 4003), "PEER_DID_NOT_RETURN_A_CERTIFICATE")
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3 and all("from 10.0.0.9 failed" in line for line in lines), lines
+    assert sum("PEER_DID_NOT_RETURN_A_CERTIFICATE" in line for line in lines) == 2
 
 
 @pytest.mark.parametrize("header", [None, "", "Bearer abc", "Basic !!!", "Basic " + base64.b64encode(b"nocolon").decode()])

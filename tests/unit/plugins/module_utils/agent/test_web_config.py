@@ -103,6 +103,7 @@ REFUSALS = [
      "tls_server_config.cert_file: cannot load /nonexistent.crt"),
     ("basic_auth_users:\n  john: doe\n", "basic_auth_users.john: the value is not a bcrypt hash"),
     ("basic_auth_users:\n  john: 5\n", "basic_auth_users.john: the value is not a bcrypt hash"),
+    ("basic_auth_users:\n  john: '$2$10$%s'\n" % ("a" * 53), "basic_auth_users.john: the value is not a bcrypt hash"),
     ("basic_auth_users:\n  'jo:hn': '%s'\n" % bcrypt_hash("x"), "basic_auth_users.jo:hn: a user name is text"),
     ("http_server_config:\n  http2: true\n", "http_server_config.http2: the agent serves HTTP/1.1 only"),
     ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
