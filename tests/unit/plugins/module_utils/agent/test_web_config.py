@@ -105,6 +105,14 @@ REFUSALS = [
     ("basic_auth_users:\n  john: 5\n", "basic_auth_users.john: the value is not a bcrypt hash"),
     ("basic_auth_users:\n  john: '$2$10$%s'\n" % ("a" * 53), "basic_auth_users.john: the value is not a bcrypt hash"),
     ("basic_auth_users:\n  'jo:hn': '%s'\n" % bcrypt_hash("x"), "basic_auth_users.jo:hn: a user name is text"),
+    ("basic_auth_users:\n  '': '%s'\n" % bcrypt_hash("x"), "basic_auth_users.: a user name is text"),
+    ("basic_auth_users:\n  5: '%s'\n" % bcrypt_hash("x"), "basic_auth_users.5: a user name is text"),
+    ("http_server_config:\n  headers:\n    Content-Security-Policy: \"a\\nb\"\n",
+     "http_server_config.headers.Content-Security-Policy: a header value is one line"),
+    ("http_server_config:\n  headers:\n    Content-Security-Policy: \"a\\rb\"\n",
+     "http_server_config.headers.Content-Security-Policy: a header value is one line"),
+    (lambda pki: "tls_server_config:\n  cert_file: \"a\\0b\"\n  key_file: %s\n" % pki.server[1],
+     "tls_server_config.cert_file: expected a file path"),
     ("http_server_config:\n  http2: true\n", "http_server_config.http2: the agent serves HTTP/1.1 only"),
     ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
      "http_server_config.headers.X-Frame-Options: 'allow' is none of deny, sameorigin"),
@@ -113,8 +121,8 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("text, named", REFUSALS, ids=[named.split(":")[0] + str(index)
-                                                     for index, (_t, named) in enumerate(REFUSALS)])
+@pytest.mark.parametrize("text, named", REFUSALS,
+                         ids=[named.split(":")[0] + str(index) for index, (_t, named) in enumerate(REFUSALS)])
 def test_every_refusal_names_the_file_and_the_key(pki, tmp_path, text, named):
     path = write(tmp_path, text(pki) if callable(text) else text)
     with pytest.raises(web_config.WebConfigError) as raised:
@@ -141,8 +149,8 @@ def test_sighup_refuses_a_file_that_would_turn_off_tls_or_basic_authentication(p
 
 
 def test_bcrypt_is_imported_only_when_the_file_names_users(pki, tmp_path):
-    plain, users = write(tmp_path, tls(pki), "plain.yml"), write(tmp_path, "basic_auth_users:\n  p: '%s'\n"
-                                                                  % bcrypt_hash("x"), "users.yml")
+    plain = write(tmp_path, tls(pki), "plain.yml")
+    users = write(tmp_path, "basic_auth_users:\n  p: '%s'\n" % bcrypt_hash("x"), "users.yml")
     probe = ("import sys; from ansible_collections.scv.gpu.plugins.module_utils.agent import server, web_config; "
              "web_config.load(sys.argv[1]); print('bcrypt' in sys.modules)")
     for path, loaded in ((plain, "False"), (users, "True")):
