@@ -7,6 +7,7 @@ import base64
 import http.client
 import socket
 import ssl
+import time
 
 import pytest
 
@@ -109,6 +110,7 @@ def endpoint(pki, tmp_path, monkeypatch):
     agent = Agent(type("NoClient", (), {"server": "https://127.0.0.1:1", "requests": 0})(), "gpu-1", Session(),
                   node_condition=False)
     bound = server.serve(agent, "127.0.0.1", 0, web_config.load(str(path)))
+    bound.test_agent = agent
     yield bound
     bound.shutdown()
     bound.server_close()
@@ -137,6 +139,12 @@ def test_a_client_with_a_certificate_and_the_password_reads_health(endpoint, pki
     assert headers["X-Content-Type-Options"] == "nosniff" and headers["X-Frame-Options"] == "deny"
     status, _headers, body = get(endpoint, client_context(pki), "/healthz", {"Authorization": basic("prometheus", "pw")})
     assert status == 200 and b'"status": "ok"' in body
+
+
+def test_health_fails_when_healthz_does(endpoint, pki):
+    endpoint.test_agent.last_tick_at = time.monotonic() - 1000
+    status, headers, body = get(endpoint, client_context(pki), headers={"Authorization": basic("prometheus", "pw")})
+    assert status == 503 and body.startswith(b"failing: no tick for 1000 s") and headers["X-Frame-Options"] == "deny"
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/health", "/healthz", "/nothing-here"])
