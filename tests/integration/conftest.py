@@ -14,6 +14,7 @@ import pytest
 from harness.agent import AgentProcess, install_agent, node_for
 from harness.ansible import Ansible, venvs
 from harness.control_plane import ControlPlane, install_scv_crd
+from harness.prometheus import build as build_prometheus
 from harness.stalled_server import StalledServer
 
 
@@ -134,6 +135,12 @@ def agent_on_node(access, agent_command, tmp_path, request):
     started.stop()
     plane.kubectl("delete", "scv", name, "--ignore-not-found")
     plane.kubectl("delete", "node", name, "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+def prometheus_bin():
+    """Prometheus's binary, built once (tools/prometheus/build)."""
+    return build_prometheus()
 
 
 @pytest.fixture

@@ -3,60 +3,12 @@ dcgm-exporter is stored, NVIDIA's Grafana dashboard answers every query, and pod
 
 from __future__ import annotations
 
-import json
-import pathlib
-import subprocess
-import urllib.parse
-import urllib.request
-
 import pytest
 
 from harness.agent import DASHBOARD_QUERIES, DCGM_DEFAULT_COUNTERS, AgentProcess, change_scenario, every_counter, node_for
-from harness.common import free_port, wait_until
 from harness.kubelet_podresources import StandInKubelet, generate, pod
-from harness.paths import ROOT, scenario_uuids
-
-
-@pytest.fixture(scope="module")
-def prometheus_bin():
-    done = subprocess.run([str(ROOT / "tools" / "prometheus" / "build")], capture_output=True, text=True, check=False,
-                          timeout=1800)
-    assert done.returncode == 0, "tools/prometheus/build failed:\n%s" % done.stderr[-3000:]
-    return pathlib.Path(done.stdout.strip()) / "prometheus"
-
-
-class Prometheus:
-    def __init__(self, binary, work, target):
-        self.port = free_port()
-        config = work / "prometheus.yml"
-        config.write_text(json.dumps({   # YAML is a superset of JSON
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-            "scrape_configs": [{"job_name": "gpu-metrics", "static_configs": [{"targets": [target]}]}],
-        }))
-        self.log = work / "prometheus.log"
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [str(binary), "--config.file", str(config), "--storage.tsdb.path", str(work / "tsdb"),
-                 "--web.listen-address", "127.0.0.1:%d" % self.port], stdout=log, stderr=subprocess.STDOUT)
-
-    def api(self, path, **params):
-        url = "http://127.0.0.1:%d/api/v1/%s?%s" % (self.port, path, urllib.parse.urlencode(params, doseq=True))
-        with urllib.request.urlopen(url, timeout=10) as response:
-            answer = json.loads(response.read())
-        assert answer["status"] == "success", answer
-        return answer["data"]
-
-    def query(self, expression):
-        return self.api("query", query=expression)["result"]
-
-    def wait_for(self, predicate, timeout):
-        wait_until(predicate, timeout, "prometheus's answer", step=0.2, ignore=(OSError, ValueError, KeyError, IndexError),
-                   gone=lambda: None if self.process.poll() is None else "prometheus exited",
-                   log=lambda: "prometheus log:\n" + self.log.read_text()[-3000:])
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=30)
+from harness.paths import scenario_uuids
+from harness.prometheus import Prometheus
 
 
 @pytest.fixture

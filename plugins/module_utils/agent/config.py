@@ -180,6 +180,10 @@ OPTIONS = (
      "scv.gpu/gpu-unhealthy:NoSchedule on its Node while GPUHealthy is False (off when empty)"),
     ("metrics-address", _address, "", False,
      "host:port for Prometheus metrics (/metrics) and the health check (/healthz); off when empty"),
+    ("web-config-file", _path, "", False,
+     "a web configuration file in the Prometheus exporter-toolkit's format (tls_server_config, basic_auth_users, "
+     "http_server_config), as dcgm-exporter's --web-config-file: TLS, client certificates and passwords for the "
+     "metrics address; SIGHUP reads the file again ('' serves plain HTTP to anyone)"),
     ("pod-resources-socket", _path, "", False,
      "the kubelet's pod-resources socket (usually /var/lib/kubelet/pod-resources/kubelet.sock): with it, GPU series "
      "carry the pod, namespace and container that hold the GPU, as dcgm-exporter's do (off when empty)"),

@@ -22,6 +22,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttri
 from ansible_collections.scv.gpu.plugins.module_utils.agent.shares import PodShares
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
 from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
+from ansible_collections.scv.gpu.plugins.module_utils.agent import web_config
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
@@ -95,11 +96,13 @@ class Reloader:
 
     def __init__(self, agent, flags, config):
         self.agent, self.flags, self.config = agent, flags, config
+        self.server = None   # the metrics endpoint, whose web configuration file SIGHUP reads again
 
     def __call__(self, *_args):
         self.agent.request_reload(self.reload)
 
     def reload(self):
+        reload_web_config(self.server)   # its own file: read again even when the configuration cannot be
         try:
             new = configuration.load(self.flags)
         except configuration.ConfigError as error:
@@ -127,6 +130,29 @@ class Reloader:
                         ", ".join(later))
 
 
+def reload_web_config(server):
+    """SIGHUP: the endpoint's web configuration file read again; a file that cannot be used changes nothing."""
+    if server is None or server.web is None:
+        return
+    try:
+        server.web = web_config.replacement(server.web, server.web.path)
+    except web_config.WebConfigError as error:
+        LOG.error("SIGHUP: keeping the web configuration in use (%s): %s", server.web.describe(), error)
+        return
+    LOG.info("SIGHUP: %s read again: %s; new connections use it", server.web.path, server.web.describe())
+
+
+def load_web_config(config):
+    """The WebConfig that web-config-file names (None: none named); WebConfigError when it cannot be used."""
+    if not config["web-config-file"]:
+        return None
+    web = web_config.load(config["web-config-file"])
+    if not config["metrics-address"]:
+        LOG.warning("web-config-file is set but metrics-address is empty: there is no endpoint to protect")
+    LOG.info("metrics endpoint: %s (%s)", web.describe(), web.path)
+    return web
+
+
 def main(argv=None):
     parser = configuration.parser(__doc__.split("\n\n", 1)[0])
     flags = vars(parser.parse_args(argv))
@@ -137,6 +163,12 @@ def main(argv=None):
         parser.error(str(error))
     configuration.apply_log_level(config["log-level"])
     LOG.info("effective configuration: %s", config.describe())
+    try:
+        web = load_web_config(config)
+    except web_config.WebConfigError as error:
+        LOG.error("%s; the agent does not start until the file can be used (fix it, or leave web-config-file "
+                  "empty to serve plain HTTP)", error)
+        return 2
     notify = Notifier()
     try:
         agent = build(config, notify)
@@ -146,11 +178,12 @@ def main(argv=None):
     apply(agent, config)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
-    signal.signal(signal.SIGHUP, Reloader(agent, flags, config))
+    reloader = Reloader(agent, flags, config)
+    signal.signal(signal.SIGHUP, reloader)
     if config["metrics-address"]:
         host, _sep, port = config["metrics-address"].rpartition(":")
         try:
-            serve(agent, host, int(port))
+            reloader.server = serve(agent, host, int(port), web)
         except OSError as error:
             LOG.error("cannot serve metrics on %s: %s", config["metrics-address"], error.strerror)
             return 2

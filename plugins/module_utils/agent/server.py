@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The agent's HTTP endpoints: ``/metrics`` for Prometheus and ``/healthz`` for probes (private)."""
+"""The agent's HTTP endpoints: ``/metrics`` for Prometheus, ``/healthz`` and ``/health`` for probes, behind
+TLS and basic authentication when a web configuration file asks for them (``agent.web_config``) (private)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, load
+from ansible_collections.scv.gpu.plugins.module_utils.agent.web_config import WebConfig
+from ansible_collections.scv.gpu.plugins.module_utils.agent.web_access import Authenticator, HandshakeLog, accept_tls
 
 
 # Connections served at once: Prometheus, a probe and an operator's curl need a few. A connection takes
@@ -27,6 +30,7 @@ IDLE_S = 10.0
 
 
 IDLE_POLL_S = 60.0
+NO_WEB_CONFIG = WebConfig(None)   # plain HTTP to anyone
 
 
 class WaitingRoom(threading.Thread):
@@ -101,8 +105,11 @@ class BoundedServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, address, handler):
+    def __init__(self, address, handler, web=None):
         super().__init__(address, handler)
+        self.web = web                     # a web_config.WebConfig (None: plain HTTP to anyone); SIGHUP replaces it
+        self.auth = Authenticator()
+        self.handshakes = HandshakeLog()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.room = WaitingRoom(self._serve, self.shutdown_request)
         self.room.start()
@@ -124,6 +131,18 @@ class BoundedServer(ThreadingHTTPServer):
         finally:
             self.slots.release()
 
+    def finish_request(self, request, client_address):
+        web = self.web          # a connection keeps the configuration it began with
+        if web is None or web.tls is None:
+            super().finish_request(request, client_address)
+            return
+        secured = accept_tls(request, client_address, web.tls, IDLE_S, self.handshakes)
+        if secured is not None:
+            try:
+                super().finish_request(secured, client_address)
+            finally:
+                secured.close()
+
 
 class BoundedServer6(BoundedServer):
     """The same on an IPv6 address (``--metrics-address [::1]:9400``)."""
@@ -131,8 +150,9 @@ class BoundedServer6(BoundedServer):
     address_family = socket.AF_INET6
 
 
-def serve(agent, host, port):
-    """Serves ``agent``'s metrics and health on ``host:port`` in a daemon thread; returns the server.
+def serve(agent, host, port, web=None):
+    """Serves ``agent``'s metrics and health on ``host:port`` in a daemon thread, as the web_config.WebConfig
+    ``web`` says (None: plain HTTP to anyone); returns the server.
 
     OSError when the address cannot be bound; ImportError when prometheus_client is missing.
     """
@@ -142,6 +162,9 @@ def serve(agent, host, port):
         timeout = IDLE_S   # seconds a request may take to arrive once begun: each holds a thread
 
         def do_GET(self):  # noqa: N802 (the http.server API)
+            if not self.server.auth.allows(self.server.web or NO_WEB_CONFIG, self.headers.get("Authorization")):
+                self._answer(401, b"Unauthorized\n", "text/plain; charset=utf-8", {"WWW-Authenticate": "Basic"})
+                return
             path = self.path.split("?")[0]
             if path == "/metrics":
                 agent.readings.scrape()
@@ -150,11 +173,22 @@ def serve(agent, host, port):
                 healthy, detail = agent.healthz()
                 body = json.dumps({"status": "ok" if healthy else "failing", "detail": detail}).encode()
                 self._answer(200 if healthy else 503, body, "application/json")
+            elif path == "/health":   # dcgm-exporter's: "OK", here with /healthz's verdict
+                healthy, detail = agent.healthz()
+                self._answer(200 if healthy else 503, b"OK" if healthy else ("failing: %s" % detail).encode(),
+                             "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"})
             else:
                 self.send_error(404)
 
-        def _answer(self, status, body, content_type):
+        def end_headers(self):
+            for name, value in (self.server.web or NO_WEB_CONFIG).headers.items():
+                self.send_header(name, value)
+            super().end_headers()
+
+        def _answer(self, status, body, content_type, headers=None):
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -163,7 +197,7 @@ def serve(agent, host, port):
         def log_message(self, *_args):
             pass
 
-    server = (BoundedServer6 if ":" in host else BoundedServer)((host, port), Handler)
+    server = (BoundedServer6 if ":" in host else BoundedServer)((host, port), Handler, web)
     # The poll interval bounds only how soon shutdown() is heard, and nothing calls it (a daemon thread):
     # at the default 0.5 s the idle server woke twice a second, 0.016 % of a core.
     threading.Thread(target=server.serve_forever, args=(IDLE_POLL_S,), name="http", daemon=True).start()
