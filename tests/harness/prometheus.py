@@ -14,6 +14,7 @@ import urllib.request
 
 from harness.common import free_port, wait_until
 from harness.paths import ROOT
+from harness.tls_certs import bcrypt_hash
 
 
 def build():
@@ -64,3 +65,28 @@ class Prometheus:
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+REQUIRE_CERT = "RequireAndVerifyClientCert"
+
+
+def write_web_config(path, pki, password, auth_type=REQUIRE_CERT):
+    """An agent web configuration file at ``path`` (mode 0600): TLS with ``pki``'s server pair, client certificates
+    of its CA as ``auth_type`` asks, and the user prometheus with ``password``."""
+    path.write_text("tls_server_config:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\n"
+                    "  client_auth_type: %s\nbasic_auth_users:\n  prometheus: '%s'\n"
+                    % (pki.server[0].name, pki.server[1].name, pki.ca.name, auth_type, bcrypt_hash(password)))
+    path.chmod(0o600)
+
+
+def scrape_job(name, agent, pki, scheme="https", password="first", certificate=True):
+    """A Prometheus scrape config for ``agent`` behind write_web_config: over ``scheme``, with ``password``, and
+    with the client certificate of ``pki`` if ``certificate``."""
+    tls = {"ca_file": str(pki.ca)}
+    if certificate:
+        tls.update(cert_file=str(pki.client[0]), key_file=str(pki.client[1]))
+    config = {"job_name": name, "scheme": scheme, "static_configs": [{"targets": ["127.0.0.1:%d" % agent.port]}],
+              "basic_auth": {"username": "prometheus", "password": password}}
+    if scheme == "https":
+        config["tls_config"] = tls
+    return config

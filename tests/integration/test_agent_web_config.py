@@ -15,18 +15,8 @@ import subprocess
 import pytest
 
 from harness.agent import AgentProcess, node_for
-from harness.prometheus import Prometheus
+from harness.prometheus import REQUIRE_CERT, Prometheus, scrape_job as job, write_web_config
 from harness.tls_certs import TestPki, bcrypt_hash
-
-REQUIRE_CERT = "RequireAndVerifyClientCert"
-
-
-def write_web_config(path, pki, password, auth_type=REQUIRE_CERT):
-    path.write_text("tls_server_config:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\n"
-                    "  client_auth_type: %s\nbasic_auth_users:\n  prometheus: '%s'\n"
-                    % (pki.server[0].name, pki.server[1].name, pki.ca.name, auth_type, bcrypt_hash(password)))
-    path.chmod(0o600)
-
 
 @pytest.fixture
 def secured(access, agent_command, tmp_path, request):
@@ -42,17 +32,6 @@ def secured(access, agent_command, tmp_path, request):
     finally:
         agent.stop()
         access.kubectl("delete", "scv", node, "--ignore-not-found")
-
-
-def job(name, agent, pki, scheme="https", password="first", certificate=True):
-    tls = {"ca_file": str(pki.ca)}
-    if certificate:
-        tls.update(cert_file=str(pki.client[0]), key_file=str(pki.client[1]))
-    config = {"job_name": name, "scheme": scheme, "static_configs": [{"targets": ["127.0.0.1:%d" % agent.port]}],
-              "basic_auth": {"username": "prometheus", "password": password}}
-    if scheme == "https":
-        config["tls_config"] = tls
-    return config
 
 
 def stored(prometheus, name):
