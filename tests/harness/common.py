@@ -45,3 +45,13 @@ def replace_json(path, data):
     staged = path.with_suffix(".new")
     staged.write_text(json.dumps(data))
     staged.rename(path)
+
+
+class Clock:
+    """A clock a test moves by hand (``now``), for code that takes one."""
+
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now

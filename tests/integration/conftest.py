@@ -14,6 +14,7 @@ import pytest
 from harness.agent import AgentProcess, install_agent, node_for
 from harness.ansible import Ansible, venvs
 from harness.control_plane import ControlPlane, install_scv_crd
+from harness.kubelet_podresources import StandInKubelet, generate
 from harness.prometheus import build as build_prometheus
 from harness.stalled_server import StalledServer
 
@@ -149,3 +150,16 @@ def stalled_server():
     server = StalledServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """The pod-resources API's Python code, generated once per module."""
+    return generate(tmp_path_factory.mktemp("podresources"))
+
+
+@pytest.fixture
+def kubelet(generated, tmp_path):
+    """A stand-in kubelet serving the pod-resources API on a socket of the test's; set its ``pods``."""
+    with StandInKubelet(generated, tmp_path / "kubelet.sock") as server:
+        yield server

@@ -16,7 +16,8 @@ import pytest
 
 from harness.agent import AgentProcess, node_for
 from harness.prometheus import REQUIRE_CERT, Prometheus, scrape_job as job, write_web_config
-from harness.tls_certs import TestPki, bcrypt_hash
+from harness.tls_certs import TestPki
+
 
 @pytest.fixture
 def secured(access, agent_command, tmp_path, request):

@@ -11,21 +11,10 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources
 from harness.agent import AgentProcess, pods_on_gpus
-from harness.kubelet_podresources import StandInKubelet, generate, pod
+from harness.kubelet_podresources import StandInKubelet, pod
 from harness.paths import scenario_path, scenario_uuids
 
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("podresources"))
-
-
-@pytest.fixture
-def kubelet(generated, tmp_path):
-    with StandInKubelet(generated, tmp_path / "kubelet.sock") as server:
-        yield server
 
 
 def test_list_reads_every_pod_container_and_device_and_skips_the_fields_it_does_not_need(kubelet):

@@ -10,7 +10,8 @@ import re
 import pytest
 
 from harness.agent import AgentProcess
-from harness.kubelet_podresources import StandInKubelet, generate, pod
+from harness.common import Clock
+from harness.kubelet_podresources import pod
 from harness.paths import scenario_uuids
 
 GPU = "nvidia.com/gpu"
@@ -19,17 +20,6 @@ BASE = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI
 # kubectl's own requests are counted too: the checks of which agent requests reached the API server take none
 ALLOWLIST = ("--kubernetes-pod-label-allowlist-regex", r"^app$,^team\.example\.com/",
              "--kubernetes-pod-label-allowlist-regex", "^gpu$,^pod$")
-
-
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("podresources"))
-
-
-@pytest.fixture
-def kubelet(generated, tmp_path):
-    with StandInKubelet(generated, tmp_path / "kubelet.sock") as server:
-        yield server
 
 
 @pytest.fixture
@@ -178,14 +168,6 @@ def test_pods_that_cannot_be_read_leave_the_pod_labels_on_and_the_extra_ones_off
 
 
 # ------------------------------------------------- the reader in this process, step by step
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture

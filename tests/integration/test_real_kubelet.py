@@ -58,13 +58,18 @@ def _agent(agent_command, plane, kubelet, directory):
                                "--pod-resources-interval", "1"))
 
 
+def _eight_gpus(kubelet, plugin):
+    """The plugin offers the eight GPUs of h100_sxm_x8, and the kubelet has them as the Node's allocatable GPUs."""
+    uuids = scenario_uuids("h100_sxm_x8")
+    plugin.set_devices(uuids)
+    wait_until(lambda: kubelet.allocatable(GPU) == "8", 60, "nvidia.com/gpu: 8 allocatable on %s" % NODE, 0.2)
+    return uuids
+
+
 def test_a_pod_given_gpus_by_the_kubelet_is_named_on_their_series_until_it_ends(
         access, agent_command, real_node, tmp_path):
     kubelet, plugin = real_node
-    uuids = scenario_uuids("h100_sxm_x8")
-    plugin.set_devices(uuids)
-    # The kubelet took the plugin's registration and its eight devices as the Node's allocatable GPUs.
-    wait_until(lambda: kubelet.allocatable(GPU) == "8", 60, "nvidia.com/gpu: 8 allocatable on %s" % NODE, 0.2)
+    uuids = _eight_gpus(kubelet, plugin)
 
     agent = _agent(agent_command, access, kubelet, tmp_path)
     nobody = [("", "", "")]
@@ -101,9 +106,7 @@ def _uid_and_app(agent, gpu):
 def test_a_pods_uid_and_labels_are_read_as_the_node_and_follow_the_pod_made_again_under_its_name(
         access, agent_command, real_node, tmp_path):
     kubelet, plugin = real_node
-    uuids = scenario_uuids("h100_sxm_x8")
-    plugin.set_devices(uuids)
-    wait_until(lambda: kubelet.allocatable(GPU) == "8", 60, "nvidia.com/gpu: 8 allocatable on %s" % NODE, 0.2)
+    uuids = _eight_gpus(kubelet, plugin)
     # the kubelet's own identity (system:node:<node>), its pod logs directory and its pod-resources socket
     agent = AgentProcess(agent_command, access, NODE, tmp_path, scenario="h100_sxm_x8", extra=(
         "--pod-resources-socket", str(kubelet.pod_resources_socket), "--pod-resources-interval", "1",

@@ -8,16 +8,8 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
 
-from harness.common import replace_json
+from harness.common import Clock, replace_json
 from harness.paths import scenario_path
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture
