@@ -106,6 +106,8 @@ class MigInstances:
         elif session.static_reads != self._generation:
             self._list(handles)
             self._generation = session.static_reads
+        # NVML refuses a whole GPU's GPM sample once it has GPU instances: the session's counters do not ask it
+        session.slow.mig_cards = frozenset(self._layout)
         return handles
 
     def read(self, session, cards):
@@ -117,6 +119,7 @@ class MigInstances:
         self._counter_reads = session.slow.reads
         if self._moved():
             self._list(handles)
+            session.slow.mig_cards = frozenset(self._layout)
         found = {}
         for index, entries in self._layout.items():
             rows = []

@@ -124,3 +124,19 @@ def test_each_instance_takes_its_samples_in_two_buffers_and_asks_only_the_engine
     assert "pcieTxMiBPerSecond" not in found[0][0] and found[0][0]["graphicsActivity"] == 62.0
     session.close()
     assert counted == {"alloc": 2 * 5 + 2, "free": 2 * 5 + 2}
+
+
+def test_a_gpu_with_instances_is_not_sampled_whole(scenario_file, session, nvml_simulator):
+    """NVML refuses it: a refused call is still a call."""
+    path, data = scenario_file("h100_mig_mixed")
+    _read(session)
+    nvml_simulator.reset_calls()
+    _read(session, rounds=3)
+    assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 0 and nvml_simulator.calls_of("nvmlGpmMigSampleGet") == 15
+    for device in data["devices"]:           # MIG off again, as after a reset: the GPUs are sampled whole again
+        device.update(migMode={"current": 0, "pending": 0}, migDevices=[])
+    replace_json(path, data)
+    session.refresh_static()
+    nvml_simulator.reset_calls()
+    _read(session, rounds=3)   # the first read's counters come before the instances are listed again
+    assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 2 * 2 and nvml_simulator.calls_of("nvmlGpmMigSampleGet") == 0
