@@ -197,12 +197,13 @@ INSTANCE_OWN = frozenset(("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI
 INSTANCE_LEFT_OUT = frozenset(("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", XID_ERRORS))
 
 
-def _units(snapshot, cards, driver):
+def _units(snapshot, cards, driver, mig):
     """[(card, GPU instance readings or None, [label values per holder])]: what has series of its own, each GPU or
-    GPU instance, with a set of label values for each container holding it (one, with no pods or nobody)."""
+    GPU instance, with a set of label values for each container holding it (one, with no pods or nobody). ``mig``:
+    the series carry the GPU instance labels (empty on a whole GPU's)."""
     node, pods = snapshot["node"], snapshot.get("pods")
     shares, instances = snapshot.get("shares") or {}, snapshot.get("instances") or {}
-    mig = [""] * len(INSTANCE_LABELS) if any(instances.values()) else []
+    mig = [""] * len(INSTANCE_LABELS) if mig else []
     # the pod's UID and own labels (agent.pod_metadata): (names, {(pod, namespace): values}), after the pod labels
     extra, extras = snapshot.get("pod_extra") or ((), {})
     blank = [""] * len(extra)
@@ -241,13 +242,14 @@ def families(snapshot):
     served = SERVED if snapshot.get("served") is None else snapshot["served"]   # a file may name none
     driver = (snapshot["facts"] or {}).get("driver_version") if DRIVER_VERSION in served else None
     labels = DCGM_LABELS + ((DRIVER_VERSION,) if driver is not None else ())
-    if any((snapshot.get("instances") or {}).values()):
+    mig = any((snapshot.get("instances") or {}).values())
+    if mig:
         labels += INSTANCE_LABELS
     pods, shares = snapshot.get("pods"), snapshot.get("shares") or {}
     extra = (snapshot.get("pod_extra") or ((), {}))[0]   # the names of the labels _units puts after the pod labels
     if pods is not None:
         labels += POD_LABELS + extra
-    units, last = _units(snapshot, cards, driver), snapshot["last_xids"]
+    units, last = _units(snapshot, cards, driver, mig), snapshot["last_xids"]
     for metric, path, text in DCGM_CARD_GAUGES + ((XID_ERRORS, None, "Value of the last XID error encountered."),):
         if metric not in served:
             continue

@@ -29,7 +29,13 @@ import re
 import threading
 import time
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import DCGM_LABELS, DRIVER_VERSION, POD_LABELS
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import (
+    DCGM_LABELS,
+    DRIVER_VERSION,
+    INSTANCE_LABELS,
+    POD_LABELS,
+    UID_LABEL,
+)
 from ansible_collections.scv.gpu.plugins.module_utils.common.backoff import pause
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.pod_processes import DEFAULT_POD_LOGS_DIR, PodNames
@@ -40,9 +46,8 @@ RETRY_S = 5.0          # the first retry after a failed read; doubled up to refr
 PODS = "/api/v1/pods"
 # The list as PartialObjectMetadataList: each pod's metadata without its spec and status (plain JSON as a fallback).
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-UID_LABEL = "pod_uid"
 # The labels DCGM series carry already (GPU_I_*: those of a MIG GPU instance): a pod label of the same name is left off.
-TAKEN = frozenset(DCGM_LABELS + (DRIVER_VERSION,) + POD_LABELS + (UID_LABEL, "GPU_I_PROFILE", "GPU_I_ID"))
+TAKEN = frozenset(DCGM_LABELS + (DRIVER_VERSION,) + POD_LABELS + (UID_LABEL,) + INSTANCE_LABELS)
 _NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9_]")
 
 

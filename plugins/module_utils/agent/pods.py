@@ -105,7 +105,6 @@ class PodAttribution(threading.Thread):
         self.refreshes, self.failures = 0, 0
         self.problem = None
         self._local = None        # this node's device IDs, as bytes (None: not learnt yet)
-        self._mig_parents = {}    # this node's MIG device UUIDs: their GPU's UUID
         self._mig_instances = {}  # this node's MIG device UUIDs: (their GPU's UUID, their GPU instance ID)
         self._learnt = None       # what the local IDs were learnt from (see learn)
         self._learn_problem = None
@@ -150,9 +149,9 @@ class PodAttribution(threading.Thread):
 
     def learn(self, cards, mig_devices, generation=0):
         """Learns this node's device IDs, in the thread that reads NVML: the ``id`` and ``uuid`` of each card, and
-        the MIG devices ``mig_devices()`` gives ({MIG UUID: (GPU UUID, GPU instance ID)}). That call is made again only when the
-        cards or ``generation`` change: the agent passes the count of its static readings, which a SIGHUP (the
-        mig_layout role sends one), a new NVML session and the static refresh interval move on."""
+        the MIG devices ``mig_devices()`` gives ({MIG UUID: (GPU UUID, GPU instance ID)}). That call is made again
+        only when the cards or ``generation`` change: the agent passes the count of its static readings, which a
+        SIGHUP (the mig_layout role sends one), a new NVML session and the static refresh interval move on."""
         key = (generation, tuple((card.get("id"), card.get("uuid")) for card in cards))
         if key == self._learnt:
             return
@@ -165,19 +164,17 @@ class PodAttribution(threading.Thread):
             self._learn_problem = str(error)
             return
         self._learn_problem = None
-        parents = {uuid: instance[0] for uuid, instance in instances.items()}
         local = {str(value).encode("utf-8") for card in cards for value in (card.get("id"), card.get("uuid"))
                  if value is not None}
         local.update(b"nvidia%d" % card["id"] for card in cards if isinstance(card.get("id"), int))
-        local.update(uuid.encode("utf-8") for uuid in parents)
+        local.update(uuid.encode("utf-8") for uuid in instances)
         with self._lock:
-            self._local, self._mig_parents, self._learnt = frozenset(local), parents, key
-            self._mig_instances = instances
+            self._local, self._mig_instances, self._learnt = frozenset(local), instances, key
 
     def mig_gpus(self):
         """The UUIDs of this node's GPUs that have MIG devices (as last learnt)."""
         with self._lock:
-            return set(self._mig_parents.values())
+            return {gpu for gpu, _instance in self._mig_instances.values()}
 
     def counters(self):
         return {"scv_agent_pod_resources_reads": self.refreshes, "scv_agent_pod_resources_failures": self.failures}

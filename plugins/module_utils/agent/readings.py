@@ -63,19 +63,18 @@ class Readings:
 
     def _read_instances(self, cards):
         """The GPU instances of the GPUs with MIG on, for their own series (``nvml.mig_instances``)."""
-        with self._lock:
-            started = time.perf_counter()
-            try:
-                self.instances = self.session.mig.read(self.session, cards)
-            finally:
-                self.seconds += time.perf_counter() - started
+        self.instances = self._timed(self.session.mig.read, self.session, cards)
 
     def _read_shares(self, cards):
         """Each pod's part of the shared GPUs, with the telemetry just read (an idle GPU needs no samples)."""
+        self._timed(self.shares.read, self.session, cards)
+
+    def _timed(self, read, *args):
+        """``read(*args)`` under the reading lock, its time counted as NVML's."""
         with self._lock:
             started = time.perf_counter()
             try:
-                self.shares.read(self.session, cards)
+                return read(*args)
             finally:
                 self.seconds += time.perf_counter() - started
 

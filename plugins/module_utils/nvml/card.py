@@ -215,6 +215,15 @@ def _read_identity(reader, card):
         card["pciBusId"] = as_text(pci.busId)
 
 
+def memory_mib(total, free, reserved):
+    """NVML's memory reading (bytes) as facts: in MiB as nvidia-smi shows it, so that used + free + reserved =
+    total."""
+    found = {"totalMemory": bytes_to_mib(total), "freeMemory": bytes_to_mib(free),
+             "reservedMemory": bytes_to_mib(reserved)}
+    found["usedMemory"] = max(0, found["totalMemory"] - found["freeMemory"] - found["reservedMemory"])
+    return found
+
+
 def _read_memory(reader, card):
     # The second version tells the driver's reserve apart; the first counts it as used.
     failures = len(reader.reasons)
@@ -224,11 +233,7 @@ def _read_memory(reader, card):
         memory = reader.query("memory information", pynvml.nvmlDeviceGetMemoryInfo)
     if memory is not None:
         total, free, used = memory.total, memory.free, memory.used   # each a conversion in pynvml
-        card["totalMemory"] = bytes_to_mib(total)
-        card["freeMemory"] = bytes_to_mib(free)
-        card["reservedMemory"] = bytes_to_mib(reserved)
-        # in MiB as nvidia-smi shows it, so that used + free + reserved = total
-        card["usedMemory"] = max(0, card["totalMemory"] - card["freeMemory"] - card["reservedMemory"])
+        card.update(memory_mib(total, free, reserved))
         # Any two parts over the whole is a reading no GPU can have, whichever part the driver got wrong.
         if free + reserved > total or used + reserved > total or free + used > total:
             reader.reasons.append(

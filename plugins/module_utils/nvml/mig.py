@@ -58,34 +58,16 @@ def _call(what, index, function, *args):
         raise MigError("GPU %d: %s failed: %s" % (index, what, error)) from error
 
 
-def local_mig_devices():
-    """{MIG device UUID: the UUID of its GPU} for every MIG device of this node's GPUs (NVML initialised).
-    A GPU that cannot be read, or has MIG off, adds none."""
-    found = {}
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            mode = _optional(pynvml.nvmlDeviceGetMigMode, handle)
-            if not mode or not mode[0]:
-                continue
-            parent = as_text(text_call(pynvml.nvmlDeviceGetUUID, handle))
-            for mig in mig_handles(handle):
-                found[as_text(text_call(pynvml.nvmlDeviceGetUUID, mig))] = parent
-        except pynvml.NVMLError:
-            continue
-    return found
-
-
 def mig_handles(handle):
     """The handles of the MIG devices of the GPU ``handle`` (none for a GPU without MIG)."""
-    for position in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-        mig = _optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, position)
+    for position in range(optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        mig = optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, position)
         if mig is not None:
             yield mig
 
 
-def _optional(function, *args):
-    """``function(*args)``, or None where the driver says it does not apply."""
+def optional(function, *args):
+    """``function(*args)``, or None where the driver says it does not apply (an empty MIG slot included)."""
     try:
         return function(*args)
     except pynvml.NVMLError as error:
@@ -102,12 +84,12 @@ class MigGpu:
         self.handle = _call("getting its handle", index, pynvml.nvmlDeviceGetHandleByIndex, index)
         self.name = as_text(text_call(pynvml.nvmlDeviceGetName, self.handle))
         self.uuid = as_text(text_call(pynvml.nvmlDeviceGetUUID, self.handle))
-        pci = _optional(pynvml.nvmlDeviceGetPciInfo, self.handle)
+        pci = optional(pynvml.nvmlDeviceGetPciInfo, self.handle)
         self.device_id = pci.pciDeviceId if pci is not None else None
 
     def mode(self):
         """(current, pending) MIG mode as booleans, or None for a GPU without MIG."""
-        mode = _optional(pynvml.nvmlDeviceGetMigMode, self.handle)
+        mode = optional(pynvml.nvmlDeviceGetMigMode, self.handle)
         return None if mode is None else (bool(mode[0]), bool(mode[1]))
 
     def profiles(self):
@@ -115,7 +97,7 @@ class MigGpu:
         while MIG mode is on (nothing while it is off)."""
         table = {}
         for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            info = _optional(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, self.handle, profile)
+            info = optional(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, self.handle, profile)
             if info is None:
                 continue
             name = as_text(info.name).replace("MIG ", "", 1).strip()
@@ -149,8 +131,8 @@ class MigGpu:
         for profile in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
             handles = (pynvml.c_nvmlComputeInstance_t * MAX_INSTANCES)()
             count = ctypes.c_uint(MAX_INSTANCES)
-            if _optional(pynvml.nvmlGpuInstanceGetComputeInstances, gpu_instance, profile, handles,
-                         ctypes.byref(count)) is None:
+            if optional(pynvml.nvmlGpuInstanceGetComputeInstances, gpu_instance, profile, handles,
+                        ctypes.byref(count)) is None:
                 continue
             found.extend(handles[position] for position in range(count.value))
         return found
@@ -159,7 +141,7 @@ class MigGpu:
         """The PIDs running on the GPU or any of its MIG devices."""
         pids = set()
         for handle in [self.handle, *mig_handles(self.handle)]:
-            for process in _optional(pynvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
+            for process in optional(pynvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
                 pids.add(process.pid)
         return sorted(pids)
 
@@ -192,8 +174,8 @@ class MigGpu:
 
     def _whole_compute_profile(self, gpu_instance, slices, name):
         for profile in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            info = _optional(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gpu_instance, profile,
-                             pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            info = optional(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gpu_instance, profile,
+                            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
             if info is not None and info.sliceCount == slices:
                 return info.id
         raise MigError("GPU %d: the driver offers no compute instance spanning a %s GPU instance" % (self.index, name))

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import bytes_to_mib
 from ansible_collections.scv.gpu.plugins.module_utils.nvml import gpm
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import ABSENT, as_text, error_code, pynvml, text_call
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.card import mig_profile
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.card import memory_mib, mig_profile
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import mig_handles, optional
 
 # A compute instance smaller than its GPU instance is named "<n>c.<GPU instance profile>".
 _COMPUTE_PART = re.compile(r"^\d+c\.")
@@ -36,26 +36,14 @@ def gpu_instance_profile(name):
     return _COMPUTE_PART.sub("", profile) if profile else None
 
 
-def _optional(function, *args):
-    try:
-        return function(*args)
-    except pynvml.NVMLError as error:
-        if error_code(error) in ABSENT or error_code(error) == 2:   # 2: INVALID_ARGUMENT, an empty slot
-            return None
-        raise
-
-
 def list_instances(handle):
     """[{"id", "profile", "uuids", "handle"}] of the GPU ``handle``'s GPU instances, by ID; [] with MIG off.
     ``handle`` is the first MIG device of the instance; ``uuids`` every MIG device (compute instance) of it."""
-    mode = _optional(pynvml.nvmlDeviceGetMigMode, handle)
+    mode = optional(pynvml.nvmlDeviceGetMigMode, handle)
     if not mode or not mode[0]:
         return []
     instances = {}
-    for slot in range(_optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-        mig = _optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
-        if mig is None:
-            continue
+    for mig in mig_handles(handle):
         gpu_instance = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
         uuid = as_text(text_call(pynvml.nvmlDeviceGetUUID, mig))
         entry = instances.get(gpu_instance)
@@ -75,10 +63,7 @@ def _memory(handle, readings):
         if error_code(error) not in ABSENT:
             raise
         memory, reserved = pynvml.nvmlDeviceGetMemoryInfo(handle), 0
-    readings["totalMemory"] = bytes_to_mib(memory.total)
-    readings["freeMemory"] = bytes_to_mib(memory.free)
-    readings["reservedMemory"] = bytes_to_mib(reserved)
-    readings["usedMemory"] = max(0, readings["totalMemory"] - readings["freeMemory"] - readings["reservedMemory"])
+    readings.update(memory_mib(memory.total, memory.free, reserved))
 
 
 class MigInstances:
@@ -90,6 +75,10 @@ class MigInstances:
         self._layout = {}             # card index -> list_instances()
         self._kept = {}               # (card index, GPU instance ID) -> the GPM readings last read
         self._gpm = gpm.GpmActivity()
+
+    def listed(self, index):
+        """Whether card ``index`` had GPU instances when last listed (NVML refuses its whole GPU's GPM sample)."""
+        return index in self._layout
 
     def devices(self, session, cards):
         """{MIG device UUID: (its GPU's UUID, its GPU instance ID)} of ``cards`` (see :meth:`read`)."""
@@ -106,8 +95,6 @@ class MigInstances:
         elif session.static_reads != self._generation:
             self._list(handles)
             self._generation = session.static_reads
-        # NVML refuses a whole GPU's GPM sample once it has GPU instances: the session's counters do not ask it
-        session.slow.mig_cards = frozenset(self._layout)
         return handles
 
     def read(self, session, cards):
@@ -119,7 +106,6 @@ class MigInstances:
         self._counter_reads = session.slow.reads
         if self._moved():
             self._list(handles)
-            session.slow.mig_cards = frozenset(self._layout)
         found = {}
         for index, entries in self._layout.items():
             rows = []

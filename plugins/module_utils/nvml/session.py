@@ -318,7 +318,7 @@ class Session:
             if "fabric" in subsets and fabric is None:
                 self._fabric.read(index, card)
             if "counters" in subsets:
-                self.slow.fill(index, self._handles[index], card, slow)
+                self.slow.fill(index, self._handles[index], card, slow, not self.mig.listed(index))
             cards.append(card)
         self._lost.schedule(lost, self.clock(), self.max_lost_backoff_s)
         self._lost.keep_identity(cards, lost, len(self._handles))

@@ -32,7 +32,6 @@ class SlowReadings:
         self.on_demand = on_demand
         self.reads = 0
         self.wanted = None         # the counters' and GPM's fact keys someone serves (None: all)
-        self.mig_cards = frozenset()   # the cards with GPU instances, sampled per instance (nvml.mig_instances)
         self._at = None
         self._asked = False
         self._kept = {}
@@ -52,11 +51,11 @@ class SlowReadings:
         """Someone (a scrape) read the values: with ``on_demand``, the next due read may take them."""
         self._asked = True
 
-    def fill(self, index, handle, card, due):
-        """After ``card`` was read: GPM read and both kept when due, else the last values put in."""
+    def fill(self, index, handle, card, due, whole=True):
+        """After ``card`` was read: GPM read and both kept when due, else the last values put in. ``whole``: the
+        card may be sampled whole by GPM (not once it has GPU instances, each sampled on its own)."""
         if due:
-            if handle is not None and index not in self.mig_cards and (self.wanted is None or
-                                                                       self.wanted & set(gpm.KEYS)):
+            if handle is not None and whole and (self.wanted is None or self.wanted & set(gpm.KEYS)):
                 self._gpm.read(index, handle, card)
             self._kept[index] = {key: card[key] for key in COUNTER_KEYS + gpm.KEYS if key in card}
             if "eccErrors" in card:

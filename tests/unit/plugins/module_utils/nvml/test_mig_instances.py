@@ -140,3 +140,15 @@ def test_a_gpu_with_instances_is_not_sampled_whole(scenario_file, session, nvml_
     nvml_simulator.reset_calls()
     _read(session, rounds=3)   # the first read's counters come before the instances are listed again
     assert nvml_simulator.calls_of("nvmlGpmSampleGet") == 2 * 2 and nvml_simulator.calls_of("nvmlGpmMigSampleGet") == 0
+
+
+def test_this_nodes_mig_devices_are_listed_with_their_gpus(nvml_simulator, session):
+    nvml_simulator.use("h100_mig_mixed")
+    found = session.mig.devices(session, session.read([])["cardList"])
+    parents = sorted({gpu for gpu, _instance in found.values()})
+    assert len(found) == 5 and len(parents) == 2
+    assert sorted([gpu for gpu, _instance in found.values()].count(parent) for parent in parents) == [1, 4]
+    assert all(uuid.startswith("MIG-") for uuid in found)
+    session.close()
+    nvml_simulator.use("h100_sxm_x8")           # MIG off: none
+    assert session.mig.devices(session, session.read([])["cardList"]) == {}

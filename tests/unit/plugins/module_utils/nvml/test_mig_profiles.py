@@ -32,24 +32,3 @@ def test_every_table_fits_its_largest_profile_once_and_its_smallest_as_often_as_
             assert profile["slices"] * profile["instances"] <= slices, (card, name)
             assert name.startswith("%dg." % profile["slices"]), (card, name)
     assert known_profiles(0x1B0610DE) is None and known_profiles(None) is None
-
-
-def test_this_nodes_mig_devices_are_listed_with_their_gpus(nvml_simulator):
-    from ansible_collections.scv.gpu.plugins.module_utils.nvml.mig import local_mig_devices
-
-    nvml_simulator.use("h100_mig_mixed")
-    pynvml.nvmlInit()
-    try:
-        found = local_mig_devices()
-    finally:
-        pynvml.nvmlShutdown()
-    parents = sorted(set(found.values()))
-    assert len(found) == 5 and len(parents) == 2
-    assert sorted(list(found.values()).count(parent) for parent in parents) == [1, 4]
-    assert all(uuid.startswith("MIG-") for uuid in found)
-    nvml_simulator.use("h100_sxm_x8")           # MIG off: none
-    pynvml.nvmlInit()
-    try:
-        assert local_mig_devices() == {}
-    finally:
-        pynvml.nvmlShutdown()
