@@ -23,11 +23,12 @@ def nvml(nvml_simulator):
     def use(scenario):
         nvml_simulator.use(scenario)
         pynvml.nvmlInit()
-        started.append(True)
+        started.append(scenario)
         return pynvml
 
     yield use
-    for _ in started:
+    while started:
+        started.pop()
         pynvml.nvmlShutdown()
 
 

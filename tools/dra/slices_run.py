@@ -140,8 +140,8 @@ def main():
         json.dump(fixture, handle, indent=1, sort_keys=True)
         handle.write("\n")
     devices = sum(len(item["spec"].get("devices") or []) for item in fixture["resourceSlices"])
-    print("%s: %d slice(s), %d device(s), exit %s" % (options.scenario, len(fixture["resourceSlices"]), devices,
-                                                       fixture["exitStatus"]))
+    summary = (options.scenario, len(fixture["resourceSlices"]), devices, fixture["exitStatus"])
+    print("%s: %d slice(s), %d device(s), exit %s" % summary)
 
 
 if __name__ == "__main__":
