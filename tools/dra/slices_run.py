@@ -1,9 +1,11 @@
-"""python slices_run.py --cluster DIR --node NAME --scenario NAME --commit SHA --log LOG --out FIXTURE -- PLUGIN...
+"""python slices_run.py --cluster DIR --node NAME --scenario NAME --commit SHA --log LOG --scenario-file FILE
+                        --out FIXTURE [--feature-gates GATES] -- PLUGIN...
 
 Runs NVIDIA's DRA kubelet plugin (PLUGIN, the command that starts it) against the test control plane
 in DIR, waits until the ResourceSlices it publishes for NODE are complete (every slice of the pool's
 newest generation is there) and have stayed so for a moment, or until the plugin exits, then stops it
-and writes FIXTURE: the slices, normalised, with what was run.
+and writes FIXTURE: the slices, normalised, with what was run, and how many MIG devices each GPU of
+the simulator's scenario FILE has left after the run (the simulator writes MIG changes back to it).
 
 Normalised: the fields the API server fills in (uid, resourceVersion, creationTimestamp, generation,
 managedFields, the owner's uid) and the random suffix of each slice's name are dropped; slices are
@@ -114,12 +116,17 @@ def run(options):
             process.kill()
             process.wait()
     slices = sorted((normalised(item) for item in published(plane, options.node)), key=slice_order)
+    with open(options.scenario_file, encoding="utf-8") as handle:
+        left = [sum(1 for entry in gpu.get("migDevices") or [] if "computeInstanceId" in entry)
+                for gpu in json.load(handle).get("devices", [])]
     return {
         "source": "kubernetes-sigs/dra-driver-nvidia-gpu",
         "commit": options.commit,
         "command": "tools/dra/make-fixtures PATH-TO-dra-driver-nvidia-gpu",
         "scenario": options.scenario,
         "node": options.node,
+        "featureGates": options.feature_gates or "the defaults",
+        "migDevicesLeft": left,
         # null: the plugin was still serving when it was stopped, as it should be.
         "exitStatus": status,
         "complete": complete(slices),
@@ -131,10 +138,13 @@ def run(options):
 
 def main():
     parser = argparse.ArgumentParser()
-    for flag in ("--cluster", "--node", "--scenario", "--commit", "--log", "--out"):
+    for flag in ("--cluster", "--node", "--scenario", "--commit", "--log", "--scenario-file", "--out"):
         parser.add_argument(flag, required=True)
+    parser.add_argument("--feature-gates", default="", help="given to the plugin as --feature-gates")
     parser.add_argument("command", nargs="+")
     options = parser.parse_args()
+    if options.feature_gates:
+        options.command += ["--feature-gates", options.feature_gates]
     fixture = run(options)
     with open(options.out, "w", encoding="utf-8") as handle:
         json.dump(fixture, handle, indent=1, sort_keys=True)
