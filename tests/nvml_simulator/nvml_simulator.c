@@ -3295,6 +3295,66 @@ SIM_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
     SIM_RETURN(NVML_SUCCESS);
 }
 
+/* ---------------------------------------- NVIDIA's DRA kubelet plugin
+ *
+ * The calls NVIDIA's DRA kubelet plugin (kubernetes-sigs/dra-driver-nvidia-gpu) makes that nothing
+ * else here needed; tools/dra/make-fixtures runs it on every scenario. */
+
+/* The board's brand as the driver reports it, when the scenario gives no "brand": taken from the
+ * product name, as NVIDIA names its boards (nvidia-smi's "Product Brand"). */
+static nvmlBrandType_t sim_brand_of_name(const char *name)
+{
+    static const struct { const char *prefix; nvmlBrandType_t brand; } brands[] = {
+        {"Tesla ", NVML_BRAND_TESLA},
+        {"TITAN", NVML_BRAND_TITAN},
+        {"NVIDIA TITAN", NVML_BRAND_TITAN},
+        {"Quadro RTX", NVML_BRAND_QUADRO_RTX},
+        {"Quadro", NVML_BRAND_QUADRO},
+        {"NVS", NVML_BRAND_NVS},
+        {"GeForce", NVML_BRAND_GEFORCE},
+        {"NVIDIA GeForce", NVML_BRAND_GEFORCE},
+        {"NVIDIA RTX", NVML_BRAND_NVIDIA_RTX},
+    };
+
+    for (size_t i = 0; i < sizeof(brands) / sizeof(brands[0]); i++)
+        if (strncmp(name, brands[i].prefix, strlen(brands[i].prefix)) == 0)
+            return brands[i].brand;
+    return NVML_BRAND_NVIDIA;
+}
+
+/* Every board has a brand ("For all products"): a MIG device answers its GPU's. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
+{
+    const jval *name;
+    long long brand;
+
+    SIM_DEVICE_CALL(device, dev);
+    if (!type)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (sim_number(dev.gpu, "brand", &brand)) {
+        *type = (nvmlBrandType_t)brand;
+        SIM_RETURN(NVML_SUCCESS);
+    }
+    name = j_get(dev.gpu, "name");
+    *type = sim_brand_of_name(name && name->type == J_STR ? name->str : "");
+    SIM_RETURN(NVML_SUCCESS);
+}
+
+/* HMM, ATS or none: answered from "addressingMode" (an nvmlDeviceAddressingModeType_t); without it
+ * NOT_SUPPORTED, as before Turing, or on a platform without either, or on a driver older than the
+ * call (before R570) where a caller that looks the symbol up first finds nothing to ask. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode)
+{
+    SIM_DEVICE_CALL(device, dev);
+    if (!mode)
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (mode->version != nvmlDeviceAddressingMode_v1)
+        SIM_RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    SIM_NUMBER_OR_UNSUPPORTED(dev.gpu, "addressingMode", value);
+    mode->value = (unsigned int)value;
+    SIM_RETURN(NVML_SUCCESS);
+}
+
 /* ------------------------------------------------------ simulator only */
 
 SIM_EXPORT unsigned long long nvmlsimCallCount(void)
