@@ -1,0 +1,72 @@
+"""A real Prometheus finds the agents by itself: given only the scrape configuration of docs/examples, it lists
+the Nodes of a real kube-apiserver, keeps the GPU nodes, and scrapes the agent on each, one instance per node.
+
+Three GPU nodes (127.0.0.2 and 127.0.0.3 run agents on one port, 127.0.0.4 runs none) and a node without the
+GPU label (127.0.0.5, never scraped). The agent of the second node has seen XID 79 on one GPU, so the fleet
+has an unhealthy GPU and an agent that is down: every panel of the fleet dashboard has something to show.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.agent import change_scenario
+from harness.discovery import SdFleet, active_targets, dropped_nodes, example_job
+from harness.prometheus import Prometheus
+
+JOB = "scv-gpu-agents"
+GPU_NODES = {"a": "127.0.0.2", "b": "127.0.0.3", "down": "127.0.0.4"}
+PLAIN_NODES = {"cpu": "127.0.0.5"}
+
+
+@pytest.fixture(scope="module")
+def fleet(access, agent_command, tmp_path_factory):
+    """The Nodes, agents on nodes a and b (b's GPU 5 unhealthy after XID 79), and Prometheus's identity."""
+    work = tmp_path_factory.mktemp("discovery")
+    fleet = SdFleet(access, "sd", GPU_NODES, PLAIN_NODES)
+    try:
+        fleet.create_nodes()
+        fleet.start_agents(agent_command, work, ["sd-a", "sd-b"])
+        change_scenario(fleet.agents["sd-b"],
+                        lambda scenario: scenario["devices"][5].update(xids=[{"xid": 79, "afterMs": 0}]))
+        fleet.kubeconfig = fleet.prometheus_kubeconfig()
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+@pytest.fixture(scope="module")
+def discovered(fleet, prometheus_bin, tmp_path_factory):
+    """Prometheus running only the example's job, the agents found by it."""
+    work = tmp_path_factory.mktemp("prometheus-sd")
+    prometheus = Prometheus(prometheus_bin, work, jobs=[example_job("prometheus-scv-agents.yml", fleet.port,
+                                                                    fleet.kubeconfig)])
+    try:
+        yield prometheus
+    finally:
+        prometheus.stop()
+
+
+def test_prometheus_finds_every_gpu_node_and_scrapes_its_agent_by_itself(fleet, discovered):
+    prometheus = discovered
+    expected = {"sd-a": "up", "sd-b": "up", "sd-down": "down"}
+    prometheus.wait_for(lambda: {instance: health for instance, (health, _url, _labels)
+                                 in active_targets(prometheus, JOB).items()} == expected, 60)
+    targets = active_targets(prometheus, JOB)
+    # each node at its own address and the agents' port, named as the node, with the node's zone
+    for name, address in fleet.gpu.items():
+        _health, url, labels = targets[name]
+        assert url == "http://%s:%d/metrics" % (address, fleet.port)
+        assert labels["zone"] == "zone-a"
+    assert "sd-cpu" in dropped_nodes(prometheus)
+    # the series of both agents are stored, under their node's instance
+    prometheus.wait_for(lambda: len(prometheus.query('count by (instance) (DCGM_FI_DEV_GPU_TEMP{job="%s"})' % JOB))
+                        == 2, 30)
+    stored = prometheus.query('count by (instance, zone) (DCGM_FI_DEV_GPU_TEMP{job="%s"})' % JOB)
+    assert sorted((row["metric"]["instance"], row["metric"]["zone"], row["value"][1]) for row in stored) == [
+        ("sd-a", "zone-a", "8"), ("sd-b", "zone-a", "8")]
+    # the agent's own node label stays the agent's: no target label takes its name
+    nodes = prometheus.query('count by (instance, node) (scv_gpu_healthy{job="%s"})' % JOB)
+    assert sorted((row["metric"]["instance"], row["metric"]["node"]) for row in nodes) == [
+        ("sd-a", "sd-a"), ("sd-b", "sd-b")]
+    assert prometheus.query('up{job="%s", instance="sd-down"}' % JOB)[0]["value"][1] == "0"
