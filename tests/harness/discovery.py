@@ -120,3 +120,24 @@ def dropped_nodes(prometheus):
     """The node names of the targets Prometheus's relabelling dropped."""
     return {target["discoveredLabels"].get("__meta_kubernetes_node_name")
             for target in prometheus.api("targets", state="dropped")["droppedTargets"]}
+
+
+def dashboard_queries(dashboard):
+    """(panel title, expression) of every query of a Grafana dashboard, rows' panels included, in order."""
+    queries = []
+    for panel in dashboard["panels"]:
+        for inner in [panel] + panel.get("panels", []):
+            queries += [(inner["title"], target["expr"]) for target in inner.get("targets", [])]
+    return queries
+
+
+def variable_queries(dashboard):
+    """{name: (metric selector, label)} of the dashboard's label_values() variables."""
+    found = {}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            text = variable["query"]["query"]
+            assert text.startswith("label_values(") and text.endswith(")"), text
+            selector, label = text[len("label_values("):-1].rsplit(",", 1)
+            found[variable["name"]] = (selector.strip(), label.strip())
+    return found

@@ -8,15 +8,20 @@ has an unhealthy GPU and an agent that is down: every panel of the fleet dashboa
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from harness.agent import change_scenario
-from harness.discovery import SdFleet, active_targets, dropped_nodes, example_job
+from harness.discovery import (EXAMPLES, SdFleet, active_targets, dashboard_queries, dropped_nodes, example_job,
+                               variable_queries)
 from harness.prometheus import Prometheus
 
 JOB = "scv-gpu-agents"
 GPU_NODES = {"a": "127.0.0.2", "b": "127.0.0.3", "down": "127.0.0.4"}
 PLAIN_NODES = {"cpu": "127.0.0.5"}
+DASHBOARD = EXAMPLES / "grafana-scv-gpu-fleet.json"
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +75,55 @@ def test_prometheus_finds_every_gpu_node_and_scrapes_its_agent_by_itself(fleet, 
     assert sorted((row["metric"]["instance"], row["metric"]["node"]) for row in nodes) == [
         ("sd-a", "sd-a"), ("sd-b", "sd-b")]
     assert prometheus.query('up{job="%s", instance="sd-down"}' % JOB)[0]["value"][1] == "0"
+
+
+# What the fleet dashboard's panels show of this fleet: (instance, gpu, xid, value) of each row, for the panels
+# whose numbers the fleet fixes (rates and ages are only asked to answer).
+PANEL_ANSWERS = {
+    "Agents up": [("", "", "", "2"), ("sd-a", "", "", "1"), ("sd-b", "", "", "1"), ("sd-down", "", "", "0")],
+    "Agents not up": [("", "", "", "1"), ("sd-down", "", "", "0")],
+    "GPUs healthy": [("", "", "", "15")],
+    "GPUs unhealthy": [("", "", "", "1")],
+    "Nodes with an unhealthy GPU": [("", "", "", "1")],
+    "Healthy GPUs per node": [("sd-a", "", "", "8"), ("sd-b", "", "", "7")],
+    "Unhealthy GPUs per node": [("sd-b", "", "", "1")],
+    "Unhealthy GPUs": [("sd-b", "5", "", "0")],
+    "XID errors by code": [("sd-b", "", "79", "1")],
+}
+
+
+def panel_answers(prometheus, queries):
+    """{panel title: sorted (instance, gpu, xid, value) of its queries' rows}, the dashboard's variables set as a user
+    picks them: the example's job, every node, and Grafana's smallest rate interval at a 1 s scrape."""
+    answers = {}
+    for title, expression in queries:
+        expression = (expression.replace("$job", JOB).replace("$instance", ".*")
+                      .replace("$__rate_interval", "4s"))
+        rows = prometheus.query(expression)
+        assert all(float(row["value"][1]) == float(row["value"][1]) for row in rows), expression   # no NaN
+        answers.setdefault(title, []).extend(
+            tuple(row["metric"].get(label, "") for label in ("instance", "gpu", "xid")) + (row["value"][1],)
+            for row in rows)
+    return {title: sorted(rows) for title, rows in answers.items()}
+
+
+def test_every_panel_of_the_fleet_dashboard_answers_from_the_discovered_agents(fleet, discovered):
+    prometheus = discovered
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = dashboard_queries(dashboard)
+    assert len(queries) >= 12
+    variables = variable_queries(dashboard)
+    assert sorted(variables) == ["instance", "job"]
+    # the panels answer once the agents have been scraped for a few seconds
+    deadline = time.monotonic() + 60
+    answers = panel_answers(prometheus, queries)
+    while not all(answers.values()) and time.monotonic() < deadline:
+        time.sleep(1)
+        answers = panel_answers(prometheus, queries)
+    empty = [title for title, rows in answers.items() if not rows]
+    assert not empty, "panels with nothing to show: %s" % empty
+    for title, expected in PANEL_ANSWERS.items():
+        assert answers[title] == expected, title
+    for name, (selector, label) in variables.items():
+        values = prometheus.api("label/%s/values" % label, **{"match[]": selector.replace("$job", JOB)})
+        assert values == ([JOB] if name == "job" else sorted(fleet.gpu)), name
