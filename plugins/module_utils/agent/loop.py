@@ -188,7 +188,9 @@ class Agent:
         if self.failures:
             LOG.info("the API server answers again")
         self.failures = 0
-        self.published_at = time.time()   # the Scv was written, or found current
+        # The Scv was written, or found current: the held object is current only while the watch reaches the server.
+        if getattr(getattr(self.client, "contact", None), "failing_since", None) is None:
+            self.published_at = time.time()
         self.watch.ensure()
         return self._ticked(self.interval_s())
 
