@@ -78,14 +78,14 @@ class SdFleet:
                 {"status": {"addresses": [{"type": "InternalIP", "address": address},
                                           {"type": "Hostname", "address": name}]}}))
 
-    def start_agents(self, command, directory, names, scenario="h100_sxm_x8"):
+    def start_agents(self, command, directory, names, scenario="h100_sxm_x8", extra=()):
         for name in names:
             work = directory / name
             work.mkdir(parents=True, exist_ok=True)
             self.plane.kubectl("delete", "scv", name, "--ignore-not-found")
             # the later --metrics-address wins: the node's own address, the fleet's port
             self.agents[name] = AgentProcess(command, self.plane, name, work, scenario=scenario, extra=(
-                "--metrics-address", "%s:%d" % (self.gpu[name], self.port)))
+                "--metrics-address", "%s:%d" % (self.gpu[name], self.port)) + tuple(extra))
 
     def prometheus_kubeconfig(self):
         """A client certificate identity allowed only to get, list and watch Nodes, as Prometheus's discovery

@@ -16,11 +16,13 @@ import pytest
 from harness.agent import change_scenario
 from harness.discovery import (EXAMPLES, SdFleet, active_targets, dashboard_queries, dropped_nodes, example_job,
                                variable_queries)
-from harness.prometheus import Prometheus
+from harness.prometheus import Prometheus, write_web_config
+from harness.tls_certs import TestPki
 
 JOB = "scv-gpu-agents"
 GPU_NODES = {"a": "127.0.0.2", "b": "127.0.0.3", "down": "127.0.0.4"}
 PLAIN_NODES = {"cpu": "127.0.0.5"}
+PROTECTED_NODES = {"a": "127.0.0.6", "b": "127.0.0.7"}
 DASHBOARD = EXAMPLES / "grafana-scv-gpu-fleet.json"
 
 
@@ -127,3 +129,48 @@ def test_every_panel_of_the_fleet_dashboard_answers_from_the_discovered_agents(f
     for name, (selector, label) in variables.items():
         values = prometheus.api("label/%s/values" % label, **{"match[]": selector.replace("$job", JOB)})
         assert values == ([JOB] if name == "job" else sorted(fleet.gpu)), name
+
+
+@pytest.fixture(scope="module")
+def protected(access, agent_command, prometheus_bin, tmp_path_factory):
+    """Two GPU nodes whose agents ask for TLS, a client certificate and a password (their certificate names the
+    nodes' addresses), and Prometheus running only the protected example's job, with this test's files."""
+    work = tmp_path_factory.mktemp("discovery-tls")
+    pki = TestPki(work / "pki")
+    pki.server = pki.issue("test-server", server=True, addresses=tuple(PROTECTED_NODES.values()))
+    web = pki.directory / "web.yml"
+    write_web_config(web, pki, "fleet-secret")
+    password = work / "password"
+    password.write_text("fleet-secret")
+    fleet = SdFleet(access, "sdtls", PROTECTED_NODES, {})
+    prometheus = None
+    try:
+        fleet.create_nodes()
+        fleet.start_agents(agent_command, work, list(fleet.gpu), extra=("--web-config-file", str(web)))
+        job = example_job("prometheus-scv-agents-tls.yml", fleet.port, fleet.prometheus_kubeconfig())
+        # the example's file paths, this test's files: every one the example names, and no other
+        files = {"ca_file": pki.ca, "cert_file": pki.client[0], "key_file": pki.client[1]}
+        assert sorted(job["tls_config"]) == sorted(files)
+        job["tls_config"] = {key: str(path) for key, path in files.items()}
+        assert "password_file" in job["basic_auth"]
+        job["basic_auth"]["password_file"] = str(password)
+        prometheus = Prometheus(prometheus_bin, work, jobs=[job])
+        yield fleet, prometheus
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        fleet.stop()
+
+
+def test_prometheus_finds_the_protected_agents_and_scrapes_them_over_tls_with_a_password(protected):
+    fleet, prometheus = protected
+
+    def ours():
+        return {instance: target for instance, target in active_targets(prometheus, JOB).items() if instance in fleet.gpu}
+
+    prometheus.wait_for(lambda: {instance: health for instance, (health, _url, _labels) in ours().items()}
+                        == {name: "up" for name in fleet.gpu}, 60)
+    for name, address in fleet.gpu.items():
+        assert ours()[name][1] == "https://%s:%d/metrics" % (address, fleet.port)
+    prometheus.wait_for(lambda: len(prometheus.query(
+        'count by (instance) (DCGM_FI_DEV_GPU_TEMP{job="%s", instance=~"sdtls-.*"})' % JOB)) == 2, 30)
