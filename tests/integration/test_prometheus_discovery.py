@@ -174,3 +174,17 @@ def test_prometheus_finds_the_protected_agents_and_scrapes_them_over_tls_with_a_
         assert ours()[name][1] == "https://%s:%d/metrics" % (address, fleet.port)
     prometheus.wait_for(lambda: len(prometheus.query(
         'count by (instance) (DCGM_FI_DEV_GPU_TEMP{job="%s", instance=~"sdtls-.*"})' % JOB)) == 2, 30)
+
+
+def test_a_label_selector_has_the_api_server_send_only_the_gpu_nodes(fleet, prometheus_bin, tmp_path):
+    """docs/monitoring.md's option for large clusters: the example's job with a selector on the GPU label."""
+    job = example_job("prometheus-scv-agents.yml", fleet.port, fleet.kubeconfig)
+    job["kubernetes_sd_configs"][0]["selectors"] = [{"role": "node", "label": "nvidia.com/gpu.present=true"}]
+    prometheus = Prometheus(prometheus_bin, tmp_path, jobs=[job])
+    try:
+        prometheus.wait_for(lambda: {instance: health for instance, (health, _url, _labels)
+                                     in active_targets(prometheus, JOB).items() if instance.startswith("sd-")}
+                            == {"sd-a": "up", "sd-b": "up", "sd-down": "down"}, 60)
+        assert "sd-cpu" not in dropped_nodes(prometheus)   # never sent, so never dropped
+    finally:
+        prometheus.stop()
