@@ -26,6 +26,13 @@ PROTECTED_NODES = {"a": "127.0.0.6", "b": "127.0.0.7"}
 DASHBOARD = EXAMPLES / "grafana-scv-gpu-fleet.json"
 
 
+def ours(prometheus, prefix="sd-"):
+    """{instance: health} of the job's targets on this module's nodes named ``prefix``...: the session's control
+    plane may hold GPU nodes of other tests."""
+    return {instance: health for instance, (health, _url, _labels) in active_targets(prometheus, JOB).items()
+            if instance.startswith(prefix)}
+
+
 @pytest.fixture(scope="module")
 def fleet(access, agent_command, tmp_path_factory):
     """The Nodes, agents on nodes a and b (b's GPU 5 unhealthy after XID 79), and Prometheus's identity."""
@@ -57,8 +64,7 @@ def discovered(fleet, prometheus_bin, tmp_path_factory):
 def test_prometheus_finds_every_gpu_node_and_scrapes_its_agent_by_itself(fleet, discovered):
     prometheus = discovered
     expected = {"sd-a": "up", "sd-b": "up", "sd-down": "down"}
-    prometheus.wait_for(lambda: {instance: health for instance, (health, _url, _labels)
-                                 in active_targets(prometheus, JOB).items()} == expected, 60)
+    prometheus.wait_for(lambda: ours(prometheus) == expected, 60)
     targets = active_targets(prometheus, JOB)
     # each node at its own address and the agents' port, named as the node, with the node's zone
     for name, address in fleet.gpu.items():
@@ -67,13 +73,13 @@ def test_prometheus_finds_every_gpu_node_and_scrapes_its_agent_by_itself(fleet, 
         assert labels["zone"] == "zone-a"
     assert "sd-cpu" in dropped_nodes(prometheus)
     # the series of both agents are stored, under their node's instance
-    prometheus.wait_for(lambda: len(prometheus.query('count by (instance) (DCGM_FI_DEV_GPU_TEMP{job="%s"})' % JOB))
-                        == 2, 30)
-    stored = prometheus.query('count by (instance, zone) (DCGM_FI_DEV_GPU_TEMP{job="%s"})' % JOB)
+    prometheus.wait_for(lambda: len(prometheus.query(
+        'count by (instance) (DCGM_FI_DEV_GPU_TEMP{job="%s", instance=~"sd-.*"})' % JOB)) == 2, 30)
+    stored = prometheus.query('count by (instance, zone) (DCGM_FI_DEV_GPU_TEMP{job="%s", instance=~"sd-.*"})' % JOB)
     assert sorted((row["metric"]["instance"], row["metric"]["zone"], row["value"][1]) for row in stored) == [
         ("sd-a", "zone-a", "8"), ("sd-b", "zone-a", "8")]
     # the agent's own node label stays the agent's: no target label takes its name
-    nodes = prometheus.query('count by (instance, node) (scv_gpu_healthy{job="%s"})' % JOB)
+    nodes = prometheus.query('count by (instance, node) (scv_gpu_healthy{job="%s", instance=~"sd-.*"})' % JOB)
     assert sorted((row["metric"]["instance"], row["metric"]["node"]) for row in nodes) == [
         ("sd-a", "sd-a"), ("sd-b", "sd-b")]
     assert prometheus.query('up{job="%s", instance="sd-down"}' % JOB)[0]["value"][1] == "0"
@@ -96,10 +102,10 @@ PANEL_ANSWERS = {
 
 def panel_answers(prometheus, queries):
     """{panel title: sorted (instance, gpu, xid, value) of its queries' rows}, the dashboard's variables set as a user
-    picks them: the example's job, every node, and Grafana's smallest rate interval at a 1 s scrape."""
+    picks them: the example's job, this fleet's nodes, and Grafana's smallest rate interval at a 1 s scrape."""
     answers = {}
     for title, expression in queries:
-        expression = (expression.replace("$job", JOB).replace("$instance", ".*")
+        expression = (expression.replace("$job", JOB).replace("$instance", "sd-.*")
                       .replace("$__rate_interval", "4s"))
         rows = prometheus.query(expression)
         assert all(float(row["value"][1]) == float(row["value"][1]) for row in rows), expression   # no NaN
@@ -128,10 +134,11 @@ def test_every_panel_of_the_fleet_dashboard_answers_from_the_discovered_agents(f
         assert answers[title] == expected, title
     for name, (selector, label) in variables.items():
         values = prometheus.api("label/%s/values" % label, **{"match[]": selector.replace("$job", JOB)})
-        assert values == ([JOB] if name == "job" else sorted(fleet.gpu)), name
+        assert (JOB in values if name == "job" else [value for value in values if value.startswith("sd-")]
+                == sorted(fleet.gpu)), name
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def protected(access, agent_command, prometheus_bin, tmp_path_factory):
     """Two GPU nodes whose agents ask for TLS, a client certificate and a password (their certificate names the
     nodes' addresses), and Prometheus running only the protected example's job, with this test's files."""
@@ -165,13 +172,10 @@ def protected(access, agent_command, prometheus_bin, tmp_path_factory):
 def test_prometheus_finds_the_protected_agents_and_scrapes_them_over_tls_with_a_password(protected):
     fleet, prometheus = protected
 
-    def ours():
-        return {instance: target for instance, target in active_targets(prometheus, JOB).items() if instance in fleet.gpu}
-
-    prometheus.wait_for(lambda: {instance: health for instance, (health, _url, _labels) in ours().items()}
-                        == {name: "up" for name in fleet.gpu}, 60)
+    prometheus.wait_for(lambda: ours(prometheus, "sdtls-") == {name: "up" for name in fleet.gpu}, 60)
+    targets = active_targets(prometheus, JOB)
     for name, address in fleet.gpu.items():
-        assert ours()[name][1] == "https://%s:%d/metrics" % (address, fleet.port)
+        assert targets[name][1] == "https://%s:%d/metrics" % (address, fleet.port)
     prometheus.wait_for(lambda: len(prometheus.query(
         'count by (instance) (DCGM_FI_DEV_GPU_TEMP{job="%s", instance=~"sdtls-.*"})' % JOB)) == 2, 30)
 
@@ -182,9 +186,18 @@ def test_a_label_selector_has_the_api_server_send_only_the_gpu_nodes(fleet, prom
     job["kubernetes_sd_configs"][0]["selectors"] = [{"role": "node", "label": "nvidia.com/gpu.present=true"}]
     prometheus = Prometheus(prometheus_bin, tmp_path, jobs=[job])
     try:
-        prometheus.wait_for(lambda: {instance: health for instance, (health, _url, _labels)
-                                     in active_targets(prometheus, JOB).items() if instance.startswith("sd-")}
-                            == {"sd-a": "up", "sd-b": "up", "sd-down": "down"}, 60)
+        prometheus.wait_for(lambda: ours(prometheus) == {"sd-a": "up", "sd-b": "up", "sd-down": "down"}, 60)
         assert "sd-cpu" not in dropped_nodes(prometheus)   # never sent, so never dropped
     finally:
         prometheus.stop()
+
+
+def test_a_gpu_node_that_joins_is_scraped_and_one_that_leaves_is_dropped_with_no_config_change(fleet, discovered):
+    prometheus = discovered
+    late = SdFleet(fleet.plane, "sdlate", {"gpu": "127.0.0.8"}, {})
+    try:
+        late.create_nodes()
+        prometheus.wait_for(lambda: ours(prometheus, "sdlate-") == {"sdlate-gpu": "down"}, 30)   # no agent there
+    finally:
+        late.stop()
+    prometheus.wait_for(lambda: not ours(prometheus, "sdlate-"), 30)
