@@ -25,7 +25,7 @@ PROMETHEUS_USER = "scv-test:prometheus-sd"
 
 def shared_port(addresses):
     """A TCP port free on every one of ``addresses``."""
-    for _ in range(100):
+    for _attempt in range(100):
         port = free_port()
         sockets = []
         try:
