@@ -132,6 +132,9 @@ def test_every_panel_of_the_fleet_dashboard_answers_from_the_discovered_agents(f
     assert not empty, "panels with nothing to show: %s" % empty
     for title, expected in PANEL_ANSWERS.items():
         assert answers[title] == expected, title
+    # both agents published their Scv within the last ticks
+    assert [row[0] for row in answers["Scv freshness"]] == ["sd-a", "sd-b"]
+    assert all(0 <= float(row[3]) < 30 for row in answers["Scv freshness"] + answers["Oldest Scv publication"])
     for name, (selector, label) in variables.items():
         values = prometheus.api("label/%s/values" % label, **{"match[]": selector.replace("$job", JOB)})
         assert (JOB in values if name == "job" else [value for value in values if value.startswith("sd-")]
