@@ -36,7 +36,7 @@ class Recording:
         self.labels = {}  # series key: its labels
 
     def scrape(self, count=1, pause_s=0.3):
-        for _ in range(count):
+        for _scrape in range(count):
             try:
                 text = self.agent.metrics_text()
             except (OSError, urllib.error.URLError):

@@ -198,8 +198,8 @@ def expected_alerts(recording, rules_file, expected):
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_each_alert_fires_on_what_the_agent_served_and_only_there(scenario, access, agent_command, promtool, rules,
-                                                                    tmp_path, request):
+def test_each_alert_fires_on_what_the_agent_served_and_only_there(
+        scenario, access, agent_command, promtool, rules, tmp_path, request):
     recording = record(scenario, access, agent_command, tmp_path, request)
     test_file = tmp_path / "test.yml"
     test_file.write_text(yaml.safe_dump({
