@@ -232,6 +232,7 @@ class Agent:
                 "instance_replicas": None if self.pods is None else self.pods.replicas_by_instance(cards),
                 "pod_extra": None if metadata is None else metadata.extra(pods, instance_pods),
                 "lost": self.session.lost.last, "published_at": self.published_at,
+                "api_failures_in_a_row": getattr(getattr(self.client, "contact", None), "failures", 0),
                 "critical_xids": {card.get("id"): self.xid_policy.critical(self.session.xids, card.get("id"), now)
                                   for card in cards}}
 

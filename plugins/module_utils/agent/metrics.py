@@ -311,6 +311,8 @@ def alert_families(snapshot, cards):
     yield "scv_gpu_critical_xid", "gauge", ("The last XID held against the card under the agent's XID policy that "
                                             "calls for a reset or a reboot (0: none)."), SCV_LABELS, [
         ([node, str(card["id"]), card.get("uuid", "")], held.get(card["id"], 0)) for card in cards]
+    yield ("scv_agent_api_consecutive_failures", "gauge", "API requests that failed (no answer, 429 or 5xx) since "
+           "the API server last answered.", (), [((), snapshot.get("api_failures_in_a_row") or 0)])
     if snapshot.get("published_at") is not None:
         yield ("scv_agent_scv_last_published_timestamp_seconds", "gauge", "Unix time the agent last wrote its "
                "node's Scv status or found it current.", (), [((), snapshot["published_at"])])

@@ -63,10 +63,12 @@ def test_critical_takes_the_last_xid_that_calls_for_something_within_the_hold():
     log = XidLog(lambda: now[0])
     policy = XidPolicy(hold_s=600)
     assert policy.critical(log, 0, now[0]) == 0
-    log.add(0, 79)
+    log.add(0, 48)
+    log.add(0, 79)          # the last one counts
     log.add(0, 13)          # the application's own fault: it calls for nothing
     assert policy.critical(log, 0, now[0]) == 79
     assert policy.critical(log, 1, now[0]) == 0
-    assert XidPolicy({79: "none"}, hold_s=600).critical(log, 0, now[0]) == 0   # a site's own choice
+    assert XidPolicy({79: "none"}, hold_s=600).critical(log, 0, now[0]) == 48   # a site's own choice
+    assert XidPolicy({48: "none", 79: "none"}, hold_s=600).critical(log, 0, now[0]) == 0
     now[0] += 601
     assert policy.critical(log, 0, now[0]) == 0   # past the hold
