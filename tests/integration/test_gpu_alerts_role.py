@@ -19,10 +19,10 @@ CRD = "prometheusrules.monitoring.coreos.com"
 
 
 def operator_crd():
-    done = subprocess.run([str(ROOT / "tools" / "prometheus" / "operator-crd")], capture_output=True, text=True,
+    done = subprocess.run([str(ROOT / "tools" / "prometheus-operator" / "crds")], capture_output=True, text=True,
                           check=False, timeout=600)
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return "%s/monitoring.coreos.com_prometheusrules.yaml" % done.stdout.strip()
 
 
 def serves_prometheus_rules(plane):
