@@ -224,8 +224,8 @@ def test_the_recorded_input_is_the_agents_own(access, agent_command, tmp_path, r
     assert published == sorted(published) and len(set(published)) == len(published)   # a tick between scrapes
 
 
-def test_a_real_prometheus_loads_the_rules_and_fires_on_a_live_agent(access, agent_command, prometheus_bin, rules,
-                                                                      tmp_path, request):
+def test_a_real_prometheus_loads_the_rules_and_fires_on_a_live_agent(
+        access, agent_command, prometheus_bin, rules, tmp_path, request):
     """The same rules file in a real Prometheus scraping the agent: GpuLost fires for the lost GPU, and only it."""
     node = node_for(request)
     agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8",
@@ -239,7 +239,7 @@ def test_a_real_prometheus_loads_the_rules_and_fires_on_a_live_agent(access, age
         change_scenario(agent, lambda scenario: scenario["devices"][3].update(errors={"*": "GPU_IS_LOST"}))
         prometheus.wait_for(lambda: [name for name, state, _labels in prometheus.alerts() if state == "firing"]
                             == ["GpuLost"], 60)
-        (name, _state, labels), = prometheus.alerts()
+        (_name, _state, labels), = prometheus.alerts()
         assert (labels["node"], labels["gpu"], labels["severity"]) == (node, "3", "critical")
     finally:
         prometheus.stop()
