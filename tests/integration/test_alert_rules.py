@@ -17,6 +17,7 @@ import yaml
 from harness.agent import AgentProcess, change_scenario, node_for
 from harness.alert_recording import JOB, Recording, expand, promtool_test
 from harness.common import free_port
+from harness.prometheus import Prometheus
 
 DCGM_BY = ("instance", "hostname", "gpu", "UUID")
 SCV_BY = ("instance", "node", "gpu", "uuid")
@@ -221,3 +222,26 @@ def test_the_recorded_input_is_the_agents_own(access, agent_command, tmp_path, r
     published = [float(value) for value in next(values for key, values in series.items()
                                                 if key.startswith("scv_agent_scv_last_published"))]
     assert published == sorted(published) and len(set(published)) == len(published)   # a tick between scrapes
+
+
+def test_a_real_prometheus_loads_the_rules_and_fires_on_a_live_agent(
+        access, agent_command, prometheus_bin, rules, tmp_path, request):
+    """The same rules file in a real Prometheus scraping the agent: GpuLost fires for the lost GPU, and only it."""
+    node = node_for(request)
+    agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8",
+                         extra=("--default-interval", "200"))
+    prometheus = Prometheus(prometheus_bin, tmp_path, jobs=[{"job_name": JOB, "static_configs": [
+        {"targets": ["127.0.0.1:%d" % agent.port]}]}], rule_files=[rules])
+    try:
+        prometheus.wait_for(lambda: prometheus.query('count(scv_gpu_lost{job="%s"})' % JOB)[0]["value"][1] == "8", 60)
+        assert prometheus.api("rules")["groups"][0]["name"] == "scv-gpu"
+        assert prometheus.alerts() == []
+        change_scenario(agent, lambda scenario: scenario["devices"][3].update(errors={"*": "GPU_IS_LOST"}))
+        prometheus.wait_for(lambda: [name for name, state, _labels in prometheus.alerts() if state == "firing"]
+                            == ["GpuLost"], 60)
+        (_name, _state, labels), = prometheus.alerts()
+        assert (labels["node"], labels["gpu"], labels["severity"]) == (node, "3", "critical")
+    finally:
+        prometheus.stop()
+        agent.stop()
+        access.kubectl("delete", "scv", node, "--ignore-not-found")
