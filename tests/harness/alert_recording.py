@@ -18,7 +18,7 @@ import urllib.error
 from prometheus_client.parser import text_string_to_metric_families
 
 STEP_MINUTES = 1
-JOB = "scv-gpu-agent"
+JOB = "scv-gpu-agents"   # the job name of docs/examples/prometheus-scv-agents.yml
 _TEMPLATE = re.compile(r"\{\{ *(\$labels\.([A-Za-z_][A-Za-z0-9_]*)|\$value) *\}\}")
 
 

@@ -74,3 +74,13 @@ def test_each_scrape_config_example_means_the_prometheus_job_beside_it(operator_
     assert ("ca" in tls, "cert" in tls, "keySecret" in tls) == ("ca_file" in files, "cert_file" in files,
                                                                 "key_file" in files)
     assert sorted(spec.get("basicAuth", {})) == sorted(key.replace("_file", "") for key in job.get("basic_auth", {}))
+
+
+def test_alert_rules_default_to_the_examples_job():
+    """gpu_alerts' ScvAgentDown reads up{job=...} of the job these examples name: a site that takes both gets an
+    alert for an agent that stops, not silence."""
+    defaults = yaml.safe_load((ROOT / "roles" / "gpu_alerts" / "defaults" / "main.yml").read_text())
+    jobs = {job["job_name"] for name in ("prometheus-scv-agents.yml", "prometheus-scv-agents-tls.yml")
+            for job in yaml.safe_load((EXAMPLES / name).read_text())["scrape_configs"]}
+    jobs |= {yaml.safe_load((EXAMPLES / name).read_text())["spec"]["jobName"] for name, _plain in PAIRS}
+    assert defaults["gpu_alerts_agent_up_selector"] in {'job="%s"' % job for job in jobs} and len(jobs) == 1
