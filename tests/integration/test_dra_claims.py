@@ -146,19 +146,35 @@ def natural(names):
     return sorted(names, key=lambda name: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)])
 
 
+def placed(plane, scheduler, claim_and_pod):
+    """Submits an example, waits for the scheduler's verdict, removes it again; what ``outcome`` answers."""
+    claim, pod = submit(plane, claim_and_pod)
+    try:
+        return outcome(plane, scheduler, claim, pod)
+    finally:
+        remove(plane, claim, pod)
+
+
+def assert_pending(node, condition):
+    assert node is None
+    assert condition["status"] == "False" and condition["reason"] == "Unschedulable", condition
+    assert "cannot allocate all claims" in condition["message"], condition
+
+
 @pytest.mark.parametrize("example", sorted(EXPECTED))
 def test_each_documented_claim_is_placed_where_the_page_says(cluster, control_plane, example):
-    claim, pod = submit(control_plane, documents(EXAMPLES / ("%s.yaml" % example)))
-    try:
-        node, devices, condition = outcome(control_plane, cluster, claim, pod)
-    finally:
-        remove(control_plane, claim, pod)
+    claim_and_pod = documents(EXAMPLES / ("%s.yaml" % example))
+    node, devices, condition = placed(control_plane, cluster, claim_and_pod)
     if EXPECTED[example] is None:
-        assert node is None
-        assert condition["status"] == "False" and condition["reason"] == "Unschedulable"
-        assert "cannot allocate all claims" in condition["message"], condition
-    else:
-        assert (node, natural(devices)) == EXPECTED[example], condition
+        assert_pending(node, condition)
+        return
+    assert (node, natural(devices)) == EXPECTED[example], condition
+    # and no other node would do: with that one cordoned, the claim fits nowhere
+    control_plane.kubectl("cordon", node)
+    try:
+        assert_pending(*placed(control_plane, cluster, claim_and_pod)[::2])
+    finally:
+        control_plane.kubectl("uncordon", node)
 
 
 def edited(example, old, new):
@@ -186,9 +202,5 @@ def edited(example, old, new):
     ("compute-capability", "semver('10.0.0')", "semver('10.0.1')", None),
 ])
 def test_thresholds_are_compared_at_their_edge(cluster, control_plane, example, old, new, expected):
-    claim, pod = submit(control_plane, edited(example, old, new))
-    try:
-        node, devices, _condition = outcome(control_plane, cluster, claim, pod)
-    finally:
-        remove(control_plane, claim, pod)
+    node, devices, _condition = placed(control_plane, cluster, edited(example, old, new))
     assert ((node, natural(devices)) if node else None) == expected
