@@ -8,6 +8,7 @@ without a kubelet; what is checked is where it was bound and which devices its c
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 
@@ -44,8 +45,14 @@ EXPECTED = {
     "mig-profile": ("a100-mig", ["gpu-0-mig-3g20gb-9-0"]),
     "all-gpus": ("gb200", ["gpu-%d" % minor for minor in range(4)]),
     "pcie-root": ("h100-x8", ["gpu-0", "gpu-1"]),
+    "prefer": ("a100-mig", ["gpu-1"]),
     "too-much-memory": None,
 }
+
+
+# the scheduler's verdict: the node it bound the pod to (None: Pending), the devices allocated, the request (or
+# request/subrequest) each answers, the pod's PodScheduled condition
+Verdict = collections.namedtuple("Verdict", "node devices requests condition")
 
 
 def publish_node(plane, node, scenario):
@@ -120,7 +127,7 @@ def scheduled_condition(pod):
 
 
 def outcome(plane, scheduler, claim, pod):
-    """Waits for the scheduler's verdict; (node or None, allocated device names, PodScheduled condition)."""
+    """Waits for the scheduler's verdict on ``pod``; a Verdict."""
     seen = {}
 
     def decided():
@@ -136,10 +143,11 @@ def outcome(plane, scheduler, claim, pod):
         assert {result["driver"] for result in results} == {DRIVER}
         assert {result["pool"] for result in results} == {node}, results
         assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [node]
-        return node, sorted(result["device"] for result in results), scheduled_condition(seen["pod"])
+        return Verdict(node, natural(result["device"] for result in results),
+                       sorted(result["request"] for result in results), scheduled_condition(seen["pod"]))
     status = read_object(plane, "resourceclaim", claim, NAMESPACE).get("status", {})
     assert "allocation" not in status, status
-    return None, [], scheduled_condition(seen["pod"])
+    return Verdict(None, [], [], scheduled_condition(seen["pod"]))
 
 
 def natural(names):
@@ -155,7 +163,8 @@ def placed(plane, scheduler, claim_and_pod):
         remove(plane, claim, pod)
 
 
-def assert_pending(node, condition):
+def assert_pending(verdict):
+    node, condition = verdict.node, verdict.condition
     assert node is None
     assert condition["status"] == "False" and condition["reason"] == "Unschedulable", condition
     assert "cannot allocate all claims" in condition["message"], condition
@@ -164,15 +173,18 @@ def assert_pending(node, condition):
 @pytest.mark.parametrize("example", sorted(EXPECTED))
 def test_each_documented_claim_is_placed_where_the_page_says(cluster, control_plane, example):
     claim_and_pod = documents(EXAMPLES / ("%s.yaml" % example))
-    node, devices, condition = placed(control_plane, cluster, claim_and_pod)
+    verdict = placed(control_plane, cluster, claim_and_pod)
     if EXPECTED[example] is None:
-        assert_pending(node, condition)
+        assert_pending(verdict)
         return
-    assert (node, natural(devices)) == EXPECTED[example], condition
+    assert (verdict.node, verdict.devices) == EXPECTED[example], verdict.condition
+    if example == "prefer":   # the second choice, since no node has an H200
+        assert verdict.requests == ["gpu/a100"]
+    node = verdict.node
     # and no other node would do: with that one cordoned, the claim fits nowhere
     control_plane.kubectl("cordon", node)
     try:
-        assert_pending(*placed(control_plane, cluster, claim_and_pod)[::2])
+        assert_pending(placed(control_plane, cluster, claim_and_pod))
     finally:
         control_plane.kubectl("uncordon", node)
 
@@ -202,5 +214,5 @@ def edited(example, old, new):
     ("compute-capability", "semver('10.0.0')", "semver('10.0.1')", None),
 ])
 def test_thresholds_are_compared_at_their_edge(cluster, control_plane, example, old, new, expected):
-    node, devices, _condition = placed(control_plane, cluster, edited(example, old, new))
-    assert ((node, natural(devices)) if node else None) == expected
+    verdict = placed(control_plane, cluster, edited(example, old, new))
+    assert ((verdict.node, verdict.devices) if verdict.node else None) == expected
