@@ -101,7 +101,8 @@ def cluster(control_plane, tmp_path_factory):
 
 
 def documents(path):
-    return [document for document in yaml.safe_load_all(path.read_text()) if document]
+    """The objects of an example file: one YAML document each, a v1 List."""
+    return yaml.safe_load(path.read_text())["items"]
 
 
 def submit(plane, claim_and_pod):
