@@ -118,7 +118,8 @@ class PodMetadata(threading.Thread):
     def step(self):
         """Reads the pods when those holding GPUs changed or a read is due; never while none holds one, and
         after a failure not before its retry is due."""
-        held = frozenset(holder[:2] for found in list(self.pods.holders.values()) for holder in found)
+        held = frozenset(holder[:2] for table in (self.pods.holders, self.pods.claims)   # claims: through DRA
+                         for found in list(table.values()) for holder in found)
         if not held:
             return
         uids = frozenset((uid, namespace, pod) for uid, (namespace, pod) in self.names.names().items()
