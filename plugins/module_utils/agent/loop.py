@@ -230,6 +230,7 @@ class Agent:
                 "shares": None if shares is None else shares.last, "instances": self.readings.instances,
                 "instance_pods": instance_pods,
                 "instance_replicas": None if self.pods is None else self.pods.replicas_by_instance(cards),
+                "dra": None if self.pods is None else self.pods.dra_labels(cards),
                 "pod_extra": None if metadata is None else metadata.extra(pods, instance_pods),
                 "lost": self.session.lost.last, "published_at": self.published_at,
                 "api_failures_in_a_row": getattr(getattr(self.client, "contact", None), "failures", 0),
