@@ -114,11 +114,10 @@ class DraPlugin:
         node_uid = read_object(self.plane, "node", self.kubelet.node)["metadata"]["uid"]
         slices = node_slices(self.scenario, self.kubelet.node, node_uid, self.edit)
         self.devices = {device["name"]: device for body in slices for device in body["spec"].get("devices", ())}
-        as_node = self.plane.node_kubeconfig(self.kubelet.node)
+        self.unpublish()
         for body in slices:
-            self.plane.kubectl("delete", "resourceslice", body["metadata"]["name"], "--ignore-not-found",
-                               kubeconfig=as_node)
-            self.plane.kubectl("create", "-f", "-", kubeconfig=as_node, input_text=json.dumps(body))
+            self.plane.kubectl("create", "-f", "-", kubeconfig=self.plane.node_kubeconfig(self.kubelet.node),
+                               input_text=json.dumps(body))
 
     def unpublish(self):
         """Deletes the node's slices of this driver, as the node."""

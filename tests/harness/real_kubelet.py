@@ -113,10 +113,14 @@ class Containerd:
             '[plugins."io.containerd.grpc.v1.cri".cni]',
             '  bin_dir = "%s"' % CNI_PLUGINS,
             '  conf_dir = "%s"' % cni,
-            # containerd 2 reads this file as version 2 but keeps its images' snapshotter in a plugin of its own
-            '[plugins."io.containerd.cri.v1.images"]' if binary else "",
-            '  snapshotter = "native"' if binary else "",
             ""]))
+        if binary:
+            # containerd 2 reads this file as version 2, but keeps its images' snapshotter in a plugin of its
+            # own, and ctr's import unpacks through its transfer service, for the platforms listed there only
+            with open(self.config, "a", encoding="utf-8") as config:
+                config.write('[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "native"\n'
+                             '[[plugins."io.containerd.transfer.v1.local".unpack_config]]\n'
+                             '  platform = "linux/amd64"\n  snapshotter = "native"\n')
 
     def start(self):
         env = dict(os.environ, PATH="%s:%s" % (self.binary.parent, os.environ.get("PATH", "/usr/sbin:/usr/bin")))
