@@ -122,14 +122,21 @@ class StandInKubelet:
                     cpu_ids=container.get("cpu_ids", ()),
                     memory=[pb2.ContainerMemory(memory_type="memory", size=size)
                             for size in container.get("memory", ())],
-                    dynamic_resources=[pb2.DynamicResource(claim_name="claim", claim_namespace=pod["namespace"],
-                                                           claim_resources=[pb2.ClaimResource(
-                                                               driver_name="gpu.nvidia.com", device_name="gpu-0",
-                                                               cdi_devices=[pb2.CDIDevice(name="nvidia.com/gpu=0")])])]
-                    if container.get("dynamic") else ()))
+                    dynamic_resources=self._claims(container.get("dynamic"), pod["namespace"])))
             pods.append(pb2.PodResources(name=pod["name"], namespace=pod["namespace"], containers=containers,
                                          cpu_ids=pod.get("cpu_ids", ())))
         return pb2.ListPodResourcesResponse(pod_resources=pods)
+
+    def _claims(self, dynamic, namespace):
+        """The DynamicResource messages of a container's ``dynamic``: True (one claim of a GPU), or a list of
+        (claim name, claim namespace, [(driver, pool, device name, [CDI device names])])."""
+        pb2 = self.pb2
+        if dynamic is True:
+            dynamic = [("claim", namespace, [("gpu.nvidia.com", "", "gpu-0", ["nvidia.com/gpu=0"])])]
+        return [pb2.DynamicResource(claim_name=name, claim_namespace=claim_namespace, claim_resources=[
+            pb2.ClaimResource(driver_name=driver, pool_name=pool, device_name=device,
+                              cdi_devices=[pb2.CDIDevice(name=cdi) for cdi in cdis])
+            for driver, pool, device, cdis in devices]) for name, claim_namespace, devices in dynamic or ()]
 
     def _list(self, _request, context):
         self.calls += 1
@@ -138,6 +145,16 @@ class StandInKubelet:
         if self.status is not None:
             context.abort(self.status, "stand-in kubelet told to fail")
         return self.answer()
+
+
+def claim_pod(name, namespace, *containers):
+    """A pod for StandInKubelet.pods whose containers got devices through DRA claims: containers as (name, [(claim
+    name, [(driver, pool, device name)])]), each claim in the pod's namespace, each device with one CDI device."""
+    return {"name": name, "namespace": namespace, "containers": [
+        {"name": cname, "devices": [], "dynamic": [
+            (claim, namespace, [(driver, pool, device, ["k8s.%s/claim=%s-%s" % (driver, claim, device)])
+                                for driver, pool, device in devices]) for claim, devices in claims]}
+        for cname, claims in containers]}
 
 
 def pod(name, namespace, *containers):

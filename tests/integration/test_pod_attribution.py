@@ -23,7 +23,7 @@ def test_list_reads_every_pod_container_and_device_and_skips_the_fields_it_does_
             ("sidecar", [])),
         pod("infer", "serving", ("server", [("nvidia.com/mig-1g.10gb", ["MIG-cccc"])])),
     ]
-    kubelet.pods[0]["containers"][1]["dynamic"] = True     # a DRA claim (fields 5) is skipped, not misread
+    kubelet.pods[0]["containers"][1]["dynamic"] = True     # a DRA claim (field 5) follows the devices (test_dra_pods)
     held = podresources.list_pod_resources(kubelet.socket, timeout=5)
     assert held == [
         {"namespace": "ml", "pod": "train-0", "container": "trainer", "resource": GPU,
@@ -32,6 +32,9 @@ def test_list_reads_every_pod_container_and_device_and_skips_the_fields_it_does_
          "device_ids": ["nic0"]},
         {"namespace": "serving", "pod": "infer", "container": "server", "resource": "nvidia.com/mig-1g.10gb",
          "device_ids": ["MIG-cccc"]},
+        {"namespace": "ml", "pod": "train-0", "container": "sidecar", "resource": "", "device_ids": [],
+         "claim_name": "claim", "claim_namespace": "ml", "claim_devices": [
+             {"driver": "gpu.nvidia.com", "pool": "", "device": "gpu-0", "cdi_devices": ["nvidia.com/gpu=0"]}]},
     ]
     # The decoder against protobuf's own encoder, byte for byte the kubelet's wire format.
     assert podresources.decode_list_response(kubelet.answer().SerializeToString()) == held

@@ -225,6 +225,7 @@ class Agent:
                 "shares": None if shares is None else shares.last, "instances": self.readings.instances,
                 "instance_pods": instance_pods,
                 "instance_replicas": None if self.pods is None else self.pods.replicas_by_instance(cards),
+                "dra": None if self.pods is None else self.pods.dra_labels(cards),
                 "pod_extra": None if metadata is None else metadata.extra(pods, instance_pods)}
 
     def healthz(self, now=None):

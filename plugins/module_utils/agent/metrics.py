@@ -207,6 +207,8 @@ def _units(snapshot, cards, driver, mig):
     # the pod's UID and own labels (agent.pod_metadata): (names, {(pod, namespace): values}), after the pod labels
     extra, extras = snapshot.get("pod_extra") or ((), {})
     blank = [""] * len(extra)
+    claim_names, claims = snapshot.get("dra") or ((), {})   # the DRA claim labels (agent.dra), after vgpu
+    unclaimed = [""] * len(claim_names)
     units = []
     for card in cards:
         base, key = dcgm_labels(card, node, driver), card.get("id")
@@ -219,9 +221,9 @@ def _units(snapshot, cards, driver, mig):
             holders, replicas = pods or {}, {key: shares.get(key, {}).get("holders", {})}
             parts = [(None, base + mig, key)]
         for instance, labels, part in parts:
-            vgpu = replicas.get(part, {})
+            vgpu, claim = replicas.get(part, {}), claims.get(part, {})
             units.append((card, instance, [labels] if pods is None else [
-                labels + list(holder) + [vgpu.get(holder, "")] + extras.get(holder[:2], blank)
+                labels + list(holder) + [vgpu.get(holder, "")] + claim.get(holder, unclaimed) + extras.get(holder[:2], blank)
                 for holder in holders.get(part, NOBODY)]))
     return units
 
@@ -246,7 +248,8 @@ def families(snapshot):
     if mig:
         labels += INSTANCE_LABELS
     pods, shares = snapshot.get("pods"), snapshot.get("shares") or {}
-    extra = (snapshot.get("pod_extra") or ((), {}))[0]   # the names of the labels _units puts after the pod labels
+    # the names of the labels _units puts after the pod labels: the DRA claim's, then the pod's own
+    extra = (snapshot.get("dra") or ((), {}))[0] + (snapshot.get("pod_extra") or ((), {}))[0]
     if pods is not None:
         labels += POD_LABELS + extra
     units, last = _units(snapshot, cards, driver, mig), snapshot["last_xids"]

@@ -19,6 +19,9 @@ memory and utilization are split per pod by ``agent.shares``. With ``id_type`` d
 ``nvidia<index>``, a replica ``/vgpu<n>``; a MIG device is found by its UUID or as ``nvidia<index>/gi<id>``
 either way.
 
+Pods that got a GPU or a MIG device through a Dynamic Resource Allocation claim of NVIDIA's DRA driver are named
+the same way, with the claim's labels besides (see ``agent.dra``).
+
 Only this node's devices are kept: the thread that reads NVML tells (``learn``) which IDs those are,
 its GPUs and their MIG devices, and the answer is decoded for those alone. A kubelet naming thousands
 of devices of no GPU here (a busy node, another node's MIG devices) costs neither NVML calls nor memory.
@@ -30,6 +33,7 @@ import logging
 import re
 import threading
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent import dra
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import (
     UNCHANGED,
     PodResourcesError,
@@ -101,11 +105,13 @@ class PodAttribution(threading.Thread):
         self.lister = PodResourcesLister() if lister is None else lister
         self.holders = {}
         self.replicas = {}        # see device_replicas
-        self._worked = ({}, {})   # the holders and replicas of the last answer read whole, which UNCHANGED stands for
+        self.claims = {}          # see dra.claimed
+        self._worked = ({}, {}, {})   # the holders, replicas and claims of the last answer read whole (UNCHANGED's)
         self.refreshes, self.failures = 0, 0
         self.problem = None
         self._local = None        # this node's device IDs, as bytes (None: not learnt yet)
         self._mig_instances = {}  # this node's MIG device UUIDs: (their GPU's UUID, their GPU instance ID)
+        self._placements = ({}, {})   # minor numbers and GPU instance placements (MigInstances.placements)
         self._learnt = None       # what the local IDs were learnt from (see learn)
         self._learn_problem = None
         self._lock = threading.Lock()
@@ -125,12 +131,13 @@ class PodAttribution(threading.Thread):
         with self._lock:
             local = self._local
         try:
-            answer = self.lister(self.socket_path, self.timeout_s, local)
+            answer = self.lister(self.socket_path, self.timeout_s, local, dra.DRIVERS)
             # the same answer as the last one read whole: its holders, as they were worked out then
-            worked = self._worked if answer is UNCHANGED else (device_holders(answer), device_replicas(answer))
+            worked = self._worked if answer is UNCHANGED else (device_holders(answer), device_replicas(answer),
+                                                               dra.claimed(answer))
             self._worked = worked
         except Exception as error:  # pylint: disable=broad-exception-caught
-            worked = ({}, {})
+            worked = ({}, {}, {})
             self.failures += 1
             problem = str(error) if isinstance(error, PodResourcesError) else (
                 "the kubelet's pod-resources answer could not be read (%s: %s)" % (type(error).__name__, error))
@@ -143,13 +150,14 @@ class PodAttribution(threading.Thread):
                 LOG.info("pod labels back on GPU series: the kubelet's pod-resources API answers again")
             self.problem = None
         with self._lock:
-            self.holders, self.replicas = worked
+            self.holders, self.replicas, self.claims = worked
         self.refreshes += 1
         self.refreshed.set()
 
-    def learn(self, cards, mig_devices, generation=0):
+    def learn(self, cards, mig_devices, generation=0, placements=None):
         """Learns this node's device IDs, in the thread that reads NVML: the ``id`` and ``uuid`` of each card, and
-        the MIG devices ``mig_devices()`` gives ({MIG UUID: (GPU UUID, GPU instance ID)}). That call is made again
+        the MIG devices ``mig_devices()`` gives ({MIG UUID: (GPU UUID, GPU instance ID)}); and what ``placements()``
+        gives (``MigInstances.placements``), to find the devices of DRA claims. Those calls are made again
         only when the cards or ``generation`` change: the agent passes the count of its static readings, which a
         SIGHUP (the mig_layout role sends one), a new NVML session and the static refresh interval move on."""
         key = (generation, tuple((card.get("id"), card.get("uuid")) for card in cards))
@@ -157,6 +165,7 @@ class PodAttribution(threading.Thread):
             return
         try:
             instances = dict(mig_devices())
+            layout = ({}, {}) if placements is None else placements()
         except Exception as error:  # pylint: disable=broad-exception-caught
             if str(error) != self._learn_problem:
                 LOG.warning("this node's MIG devices could not be listed (pods holding them are left off for now): "
@@ -170,6 +179,7 @@ class PodAttribution(threading.Thread):
         local.update(uuid.encode("utf-8") for uuid in instances)
         with self._lock:
             self._local, self._mig_instances, self._learnt = frozenset(local), instances, key
+            self._placements = layout
 
     def mig_gpus(self):
         """The UUIDs of this node's GPUs that have MIG devices (as last learnt)."""
@@ -184,14 +194,33 @@ class PodAttribution(threading.Thread):
         are its GPU instance's: :meth:`by_instance`)."""
         with self._lock:
             holders = self.holders
-        return {card: sorted(set().union(*found)) for card, found in _per_card(holders, cards, self.id_type).items()}
+        found = {card: set().union(*held) for card, held in _per_card(holders, cards, self.id_type).items()}
+        for key, held in self.dra_units(cards).items():
+            if not isinstance(key, tuple):
+                found.setdefault(key, set()).update(held)
+        return {card: sorted(held) for card, held in found.items()}
 
     def by_instance(self, cards):
         """{(card id, GPU instance ID): [(pod, namespace, container)]} for the GPU instances (MIG) some container
         holds, through any of the instance's MIG devices."""
         with self._lock:
             holders, instances = self.holders, self._mig_instances
-        return {key: sorted(set().union(*found)) for key, found in _per_instance(holders, instances, cards).items()}
+        found = {key: set().union(*held) for key, held in _per_instance(holders, instances, cards).items()}
+        for key, held in self.dra_units(cards).items():
+            if isinstance(key, tuple):
+                found.setdefault(key, set()).update(held)
+        return {key: sorted(held) for key, held in found.items()}
+
+    def dra_units(self, cards):
+        """{card id or (card id, GPU instance ID): {(pod, namespace, container): DRA label values}} of the devices
+        held through claims of NVIDIA's DRA driver (see ``dra.units``)."""
+        with self._lock:
+            claims, layout = self.claims, self._placements
+        return dra.units(claims, layout, cards)
+
+    def dra_labels(self, cards):
+        """(DRA label names, {unit: {holder: values}}) for the metrics (see ``dra.labels``)."""
+        return dra.labels(self.dra_units(cards))
 
     def replicas_by_instance(self, cards):
         """{(card id, GPU instance ID): {(pod, namespace, container): "n"}}: as :meth:`replicas_by_card`, for the

@@ -97,7 +97,8 @@ class Readings:
             self.xid_policy.apply(facts, self.session.xids, self.session.clock())
             if self.pods is not None:
                 cards = facts.get("cardList") or []
-                self.pods.learn(cards, lambda: self.session.mig.devices(self.session, cards), self.session.static_reads)
+                self.pods.learn(cards, lambda: self.session.mig.devices(self.session, cards), self.session.static_reads,
+                                lambda: self.session.mig.placements(self.session, cards))
             self._facts = facts
             return facts
 

@@ -105,19 +105,45 @@ def _device_ids(device, keep):
     return ids
 
 
-def decode_list_response(data, keep=None):
+def _claim(dynamic, drivers):
+    """(claim name, claim namespace, [{"driver", "pool", "device", "cdi_devices"}]) of a DynamicResource message
+    (claim_name 2, claim_namespace 3, claim_resources 4: ClaimResource's cdi_devices 1, driver_name 2, pool_name 3,
+    device_name 4); with ``drivers`` (a set of driver names as bytes), the devices of those drivers alone."""
+    claim = _message(dynamic, (2, 3, 4))
+    devices = []
+    for value in claim.get(4, ()):
+        resource = _message(value, (1, 2, 3, 4))
+        if drivers is not None and bytes(resource.get(2, (b"",))[-1]) not in drivers:
+            continue
+        devices.append({"driver": _string(resource, 2), "pool": _string(resource, 3), "device": _string(resource, 4),
+                        "cdi_devices": [_string(_message(cdi, (1,)), 1) for cdi in resource.get(1, ())]})
+    return _string(claim, 2), _string(claim, 3), devices
+
+
+def decode_list_response(data, keep=None, drivers=None):
     """The devices of a ``ListPodResourcesResponse``: a list of dicts with ``namespace``, ``pod``,
     ``container``, ``resource`` and ``device_ids`` (one per container and resource). ``keep``, a set of
     device IDs as bytes, leaves out every other ID: a busy kubelet's thousands of devices of no GPU here
-    are then never held in memory at once."""
-    held = []
+    are then never held in memory at once.
+
+    Devices given through Dynamic Resource Allocation (a container's ``dynamic_resources``) follow, one dict per
+    container and claim, with ``resource`` '' and no ``device_ids`` but ``claim_name``, ``claim_namespace`` and
+    ``claim_devices`` (see ``_claim``); ``drivers``, a set of DRA driver names as bytes, leaves out the devices of
+    every other driver (and a claim left with none)."""
+    held, dynamic = [], []
     for pod_data in _message(data, (1,)).get(1, ()):                                   # pod_resources
         pod = _message(pod_data, (1, 2, 3))
-        for container in (_message(value, (1, 2)) for value in pod.get(3, ())):         # containers
+        for container in (_message(value, (1, 2, 5)) for value in pod.get(3, ())):      # containers
+            where = {"namespace": _string(pod, 2), "pod": _string(pod, 1), "container": _string(container, 1)}
             for device in container.get(2, ()):                                         # ContainerDevices
-                held.append({"namespace": _string(pod, 2), "pod": _string(pod, 1), "container": _string(container, 1),
-                             "resource": _string(_message(device, (1,)), 1), "device_ids": _device_ids(device, keep)})
-    return held
+                held.append(dict(where, resource=_string(_message(device, (1,)), 1),
+                                 device_ids=_device_ids(device, keep)))
+            for value in container.get(5, ()):                                          # DynamicResource
+                name, namespace, devices = _claim(value, drivers)
+                if devices or drivers is None:
+                    dynamic.append(dict(where, resource="", device_ids=[], claim_name=name, claim_namespace=namespace,
+                                        claim_devices=devices))
+    return held + dynamic
 
 
 # ---------------------------------------------------------------------- gRPC
@@ -192,7 +218,8 @@ def call(path, method, request=b"", timeout=2.0):
 
 
 def list_pod_resources(path=DEFAULT_SOCKET, timeout=2.0):
-    """Every device the kubelet has given a container: see ``decode_list_response``."""
+    """Every device the kubelet has given a container, through a device plugin or a DRA claim: see
+    ``decode_list_response``."""
     return decode_list_response(call(path, LIST_PATH, b"", timeout))
 
 
@@ -208,11 +235,11 @@ class PodResourcesLister:
     def __init__(self):
         self._digest = None
 
-    def __call__(self, path=DEFAULT_SOCKET, timeout=2.0, keep=None):
+    def __call__(self, path=DEFAULT_SOCKET, timeout=2.0, keep=None, drivers=None):
         message = call(path, LIST_PATH, b"", timeout)
-        digest = (hashlib.sha256(message).digest(), keep)
+        digest = (hashlib.sha256(message).digest(), keep, drivers)
         if digest == self._digest:
             return UNCHANGED
-        held = decode_list_response(message, keep)
+        held = decode_list_response(message, keep, drivers)
         self._digest = digest
         return held

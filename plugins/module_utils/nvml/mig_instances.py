@@ -52,7 +52,19 @@ def list_instances(handle):
                                                "profile": gpu_instance_profile(as_text(text_call(
                                                    pynvml.nvmlDeviceGetName, mig)))}
         entry["uuids"].append(uuid)
+    for entry in instances.values():
+        entry["profile_id"], entry["start"] = _placement(handle, entry["id"])
     return [instances[key] for key in sorted(instances)]
+
+
+def _placement(handle, gpu_instance):
+    """(GPU instance profile ID, placement start) of the GPU ``handle``'s GPU instance ``gpu_instance``, as NVIDIA's
+    DRA driver names a MIG device by them; (None, None) where the driver does not say."""
+    try:
+        info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance))
+    except pynvml.NVMLError:
+        return None, None
+    return int(info.profileId), int(info.placement.start)
 
 
 def _memory(handle, readings):
@@ -86,6 +98,23 @@ class MigInstances:
         uuids = {card["id"]: card.get("uuid") for card in cards}
         return {uuid: (uuids.get(index), entry["id"])
                 for index, entries in self._layout.items() for entry in entries for uuid in entry["uuids"]}
+
+    def placements(self, session, cards):
+        """({minor number: card index}, {card index: {(GPU instance profile ID, placement start): (GPU instance ID,
+        profile, its first MIG device's UUID)}}) of ``cards``: what NVIDIA's DRA driver names its devices by (the
+        GPU instances of the cards that have them, see :meth:`read`)."""
+        handles = self._current(session, cards)
+        minors = {}
+        for index, handle in handles.items():
+            try:
+                if handle is not None:
+                    minors[int(pynvml.nvmlDeviceGetMinorNumber(handle))] = index
+            except pynvml.NVMLError:
+                continue   # a card the driver gives no device node
+        return minors, {index: {(entry["profile_id"], entry["start"]): (entry["id"], entry["profile"] or "",
+                                                                        (entry["uuids"] or [""])[0])
+                                for entry in entries if entry.get("profile_id") is not None}
+                        for index, entries in self._layout.items()}
 
     def _current(self, session, cards):
         """Each card's handle, with the instances listed for the session's present static readings."""

@@ -34,7 +34,7 @@ def test_cards_are_found_by_uuid_and_by_index_and_mig_devices_by_their_gpu_insta
                 held("m", "c", "nvidia.com/mig-1g.10gb", "MIG-x"), held("g", "c", "nvidia.com/mig-1g.10gb", "MIG-y")]]
     kept = []
 
-    def lister(_path, _timeout, keep=None):
+    def lister(_path, _timeout, keep=None, _drivers=None):
         kept.append(keep)
         return answers[0]
 
@@ -128,7 +128,7 @@ def test_the_same_answer_again_is_not_worked_through_again_even_after_a_failure(
 
     monkeypatch.setattr(podresources, "call", call)
     monkeypatch.setattr(podresources, "decode_list_response",
-                        lambda message, _keep=None: decoded.append(message) or [held("m", "c", "nvidia.com/gpu", "GPU-0")])
+                        lambda message, _keep=None, _drivers=None: decoded.append(message) or [held("m", "c", "nvidia.com/gpu", "GPU-0")])
     pods = PodAttribution("/none", 10, threading.Event())
     pods.refresh()
     first = pods.holders
@@ -149,7 +149,7 @@ def test_devices_with_the_same_holders_share_one_list():
 def test_a_failing_kubelet_drops_every_label_and_is_logged_once_until_it_answers(caplog):
     outcome = [PodResourcesError("no kubelet pod-resources socket at /x")]
 
-    def lister(_path, _timeout, _keep=None):
+    def lister(_path, _timeout, _keep=None, _drivers=None):
         if isinstance(outcome[0], Exception):
             raise outcome[0]
         return outcome[0]
@@ -186,7 +186,7 @@ def test_an_answer_no_decoder_foresaw_leaves_the_thread_running_and_clears_stale
     read = threading.Event()
     stopping = threading.Event()
 
-    def lister(_path, _timeout, _keep=None):
+    def lister(_path, _timeout, _keep=None, _drivers=None):
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
         read.set()
         if isinstance(answer, Exception):
@@ -215,7 +215,7 @@ def test_an_answer_no_decoder_foresaw_leaves_the_thread_running_and_clears_stale
 def test_a_failed_read_clears_the_pods_it_read_before():
     answers = [[held("ended", "c", "nvidia.com/gpu", "GPU-0")], RuntimeError("half an answer")]
 
-    def lister(_path, _timeout, _keep=None):
+    def lister(_path, _timeout, _keep=None, _drivers=None):
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
