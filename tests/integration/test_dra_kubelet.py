@@ -4,9 +4,9 @@ DRA kubelet plugin and hands its CDI devices to containerd 2 (CDI enabled), whos
 environment, and the agent names the pod on the GPU it got, with the claim's DRA labels, until the pod ends.
 
 The plugin is the tests' own (``harness.dra_plugin``), publishing what NVIDIA's plugin publishes for
-``h100_sxm_x8`` (tests/fixtures/dra). One containerd, kubelet, scheduler and plugin serve the whole module. No
-kube-controller-manager runs: claims are made by the test (a ResourceClaimTemplate needs its claim controller),
-and a claim stays allocated to its ended pod.
+``h100_sxm_x8`` (tests/fixtures/dra). kube-controller-manager runs its ResourceClaim controller alone, which makes
+a pod's claims from their templates and deletes them once the pod ends. One containerd, kubelet, scheduler,
+controller manager and plugin serve the whole module.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from harness.agent import AgentProcess, pods_on_gpus
 from harness.common import wait_until
 from harness.control_plane import read_object
+from harness.controller_manager import ControllerManager
 from harness.dra_plugin import DRIVER, DraPlugin
 from harness.paths import ROOT, scenario_uuids
 from harness.real_kubelet import WORKLOAD_IMAGE, Containerd, Kubelet
@@ -49,6 +50,7 @@ def dra_node(access, tmp_path_factory):
     containerd = Containerd(work, containerd2() / "containerd", [cdi])
     kubelet = Kubelet(access, work, NODE, containerd)
     scheduler = Scheduler(access, work / "scheduler")
+    claims = ControllerManager(access, work / "controller-manager", ["resourceclaim-controller"])
     plugin = DraPlugin(access, kubelet, work, SCENARIO, cdi)
     access.kubectl("apply", "-f", str(DEVICE_CLASS))
     access.kubectl("create", "namespace", NAMESPACE, check=False)
@@ -58,10 +60,12 @@ def dra_node(access, tmp_path_factory):
         kubelet.start()
         plugin.start()
         scheduler.start()
+        claims.start()
         yield kubelet, plugin
     finally:
         access.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s",
                        check=False)
+        claims.stop()
         scheduler.stop()
         plugin.unpublish()
         plugin.stop()
@@ -72,20 +76,23 @@ def dra_node(access, tmp_path_factory):
         access.kubectl("delete", "-f", str(DEVICE_CLASS), "--ignore-not-found", check=False)
 
 
-def claim_for(name, expression):
-    """A ResourceClaim for exactly one device of class gpu.nvidia.com that ``expression`` (CEL) selects."""
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-                "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
-                "selectors": [{"cel": {"expression": expression}}]}}]}}}
+def claim_for(name, expression, kind="ResourceClaim"):
+    """A ResourceClaim (or ResourceClaimTemplate) for exactly one device of class gpu.nvidia.com that
+    ``expression`` (CEL) selects."""
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+        "selectors": [{"cel": {"expression": expression}}]}}]}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"spec": spec} if kind == "ResourceClaimTemplate" else spec}
 
 
-def pod_with_claim(name, claim):
-    """A pod for the scheduler to place (no nodeName) whose container uses ResourceClaim ``claim``."""
+def pod_with_claim(name, claim=None, template=None):
+    """A pod for the scheduler to place (no nodeName) whose container uses ResourceClaim ``claim``, or one made
+    from ResourceClaimTemplate ``template``."""
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"hostNetwork": True, "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
-                     "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+                     "resourceClaims": [dict(source, name="gpu")],
                      "containers": [{"name": "trainer", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
                                      "resources": {"claims": [{"name": "gpu"}]}}]}}
 
@@ -132,12 +139,16 @@ def _dra_labels(agent, gpu):
 def test_a_claim_for_an_h100_of_40_gib_is_placed_prepared_through_cdi_and_named_by_the_agent(
         access, agent_command, dra_node, tmp_path):
     kubelet, plugin = dra_node
-    create(access, claim_for("h100", H100_40GIB), pod_with_claim("train", "h100"))
+    create(access, claim_for("h100", H100_40GIB, "ResourceClaimTemplate"), pod_with_claim("train", template="h100"))
     wait_until(lambda: _phase(access, "train") == "Running", 120, "pod train Running (see %s)" % kubelet.log, 0.5)
-    assert _pod(access, "train")["spec"]["nodeName"] == NODE
+    pod = _pod(access, "train")
+    assert pod["spec"]["nodeName"] == NODE
 
-    # The scheduler allocated one device of the node's pool; the plugin prepared exactly that one.
-    claim = read_object(access, "resourceclaim", "h100", namespace=NAMESPACE)
+    # The controller made the pod's claim from the template; the scheduler allocated one device of the node's
+    # pool, and the plugin prepared exactly that one.
+    (made,) = pod["status"]["resourceClaimStatuses"]
+    name = made["resourceClaimName"]
+    claim = read_object(access, "resourceclaim", name, namespace=NAMESPACE)
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert (result["driver"], result["pool"], result["request"]) == (DRIVER, NODE, "gpu"), result
     device = result["device"]
@@ -158,16 +169,19 @@ def test_a_claim_for_an_h100_of_40_gib_is_placed_prepared_through_cdi_and_named_
         agent.wait_for(lambda: pods_on_gpus(agent).get(gpu) == holder, 30)
         held = pods_on_gpus(agent)
         assert all(held[other] == nobody for other in range(8) if other != gpu), held
-        assert _dra_labels(agent, gpu) == {"dra_claim_name": "h100", "dra_claim_namespace": NAMESPACE,
+        assert _dra_labels(agent, gpu) == {"dra_claim_name": name, "dra_claim_namespace": NAMESPACE,
                                            "dra_driver_name": DRIVER, "dra_pool_name": NODE,
                                            "dra_device_name": device}
 
-        # The pod ends: the kubelet has the claim unprepared (its CDI spec goes) and the agent forgets the pod.
+        # The pod ends: the kubelet has the claim unprepared (its CDI spec goes), the agent forgets the pod, and
+        # the controller deletes the claim it made.
         access.kubectl("delete", "pod", "train", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s")
-        wait_until(lambda: not plugin.prepared, 60, "claim h100 unprepared", 0.2)
+        wait_until(lambda: not plugin.prepared, 60, "claim %s unprepared" % name, 0.2)
         assert ("unprepare", claim["metadata"]["uid"]) in plugin.calls
         assert not plugin.cdi_spec(claim["metadata"]["uid"]).exists()
         agent.wait_for(lambda: all(gpus == nobody for gpus in pods_on_gpus(agent).values()), 30)
+        wait_until(lambda: not read_object(access, "resourceclaim", name, namespace=NAMESPACE, missing_ok=True),
+                   60, "claim %s deleted" % name, 0.5)
     finally:
         agent.stop()
 
@@ -175,7 +189,7 @@ def test_a_claim_for_an_h100_of_40_gib_is_placed_prepared_through_cdi_and_named_
 def test_a_claim_no_gpu_satisfies_stays_pending_with_the_schedulers_reason(access, dra_node):
     _kubelet, plugin = dra_node
     too_big = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('200Gi')) >= 0"
-    create(access, claim_for("h100-200gib", too_big), pod_with_claim("giant", "h100-200gib"))
+    create(access, claim_for("h100-200gib", too_big), pod_with_claim("giant", claim="h100-200gib"))
 
     def unschedulable():
         conditions = (_pod(access, "giant")["status"].get("conditions") or ())
