@@ -32,7 +32,8 @@ def build_controller_manager():
 
 
 class ControllerManager:
-    """kube-controller-manager for ``plane`` running ``controllers``; its log is ``directory``/kube-controller-manager.log."""
+    """kube-controller-manager for ``plane`` running ``controllers``; its log is
+    ``directory``/kube-controller-manager.log."""
 
     def __init__(self, plane, directory, controllers):
         self.plane = plane

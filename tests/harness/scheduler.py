@@ -25,7 +25,8 @@ def build_scheduler():
     """The kube-scheduler binary, built once per pin beside kube-apiserver."""
     done = subprocess.run([str(BUILD_SCRIPT), "--scheduler"], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError("building kube-scheduler failed (%s --scheduler):\n%s" % (BUILD_SCRIPT, done.stderr[-4000:]))
+        raise RuntimeError("building kube-scheduler failed (%s --scheduler):\n%s"
+                           % (BUILD_SCRIPT, done.stderr[-4000:]))
     return pathlib.Path(done.stdout.strip().splitlines()[-1]) / "kube-scheduler"
 
 
