@@ -178,8 +178,8 @@ class DraPlugin:
                    if result["driver"] == DRIVER]
         answered, cdi_devices = [], []
         for result in results:
-            assert result["pool"] == self.kubelet.node, "claim %s: pool %s is not this node's" % (claim.name,
-                                                                                                 result["pool"])
+            assert result["pool"] == self.kubelet.node, \
+                "claim %s: pool %s is not this node's" % (claim.name, result["pool"])
             uuid, minor = _uuid_and_minor(self.devices[result["device"]])
             cdi_name = "%s-%s" % (claim.uid, result["device"])
             cdi_devices.append({"name": cdi_name, "containerEdits": {
