@@ -341,6 +341,8 @@ ansible_facts:
               returned: when the driver reports it
               type: int
               sample: 0
+            clockEventReasons: {description: "NVML's clock event reasons, a bit mask (0x1 idle, 0x4 power cap, 0x20 and 0x40
+                thermal, ...).", returned: when the driver reports it, type: int, sample: 1}
             temperature:
               description: GPU temperature, degrees Celsius.
               returned: with the telemetry subset
@@ -449,10 +451,9 @@ ansible_facts:
               type: list
               elements: dict
               sample: [{"index": 0, "uuid": "MIG-1b9c8d2e-0f3a-5b4c-8d7e-6f5a4b3c2d1e", "model": "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
-                        "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955,
-                        "profile": "3g.20gb", "attributes": {"memory": 19968, "multiprocessors": 42, "gpuInstanceSlices": 3,
-                        "computeInstanceSlices": 3, "copyEngines": 3, "decoders": 2, "encoders": 0, "jpegEngines": 0,
-                        "ofaEngines": 0}}]
+                        "gpuInstanceId": 1, "computeInstanceId": 0, "totalMemory": 19968, "freeMemory": 19955, "profile": "3g.20gb",
+                        "attributes": {"memory": 19968, "multiprocessors": 42, "gpuInstanceSlices": 3, "computeInstanceSlices": 3,
+                        "copyEngines": 3, "decoders": 2, "encoders": 0, "jpegEngines": 0, "ofaEngines": 0}}]
             processCount:
               description: Number of compute processes running on the card.
               returned: with the processes subset

@@ -28,13 +28,14 @@ def build():
 class Prometheus:
     """Scrapes ``target`` as the job gpu-metrics, or runs the ``jobs`` given (Prometheus scrape configs)."""
 
-    def __init__(self, binary, work, target=None, jobs=None):
+    def __init__(self, binary, work, target=None, jobs=None, rule_files=()):
         self.port = free_port()
         config = work / "prometheus.yml"
         jobs = jobs or [{"job_name": "gpu-metrics", "static_configs": [{"targets": [target]}]}]
         config.write_text(json.dumps({   # YAML is a superset of JSON
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "scrape_configs": jobs,
+            "rule_files": [str(path) for path in rule_files],
         }))
         self.log = work / "prometheus.log"
         with open(self.log, "wb") as log:
@@ -51,6 +52,10 @@ class Prometheus:
 
     def query(self, expression):
         return self.api("query", query=expression)["result"]
+
+    def alerts(self):
+        """[(alert name, state, labels)] of the alerts the rules raised."""
+        return [(alert["labels"]["alertname"], alert["state"], alert["labels"]) for alert in self.api("alerts")["alerts"]]
 
     def targets(self):
         """{job: (health, lastError)} of the active targets."""

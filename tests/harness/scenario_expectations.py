@@ -36,6 +36,7 @@ TITAN_XP_CARD = {
     "family": "pascal",
     "persistenceMode": False,
     "retiredPagesPending": False,
+    "clockEventReasons": 1,
     "temperature": 38,
     "gpuUtilization": 0,
     "memoryUtilization": 0,
@@ -89,6 +90,7 @@ def h100_card(i):
         },
         "remappedRows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failed": False},
         "recoveryAction": 0,
+        "clockEventReasons": 0,
         "temperature": 30 + i,
         "gpuUtilization": 10 * i,
         "memoryUtilization": 5 * i,
@@ -156,6 +158,7 @@ def _a100_card(i, bus, mig_enabled, mig_pending):
         },
         "remappedRows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failed": False},
         "recoveryAction": 0,
+        "clockEventReasons": 1,
         "temperature": 31,
         "gpuUtilization": 0,
         "memoryUtilization": 0,
@@ -232,6 +235,7 @@ def _v100_card(i, bus):
             "correctedAggregate": 0,
         },
         "retiredPagesPending": False,
+        "clockEventReasons": 0,
         "temperature": 35,
         "gpuUtilization": 0,
         "memoryUtilization": 0,
@@ -278,6 +282,7 @@ POWER_NOT_SUPPORTED_CARD = {
     "computeCapability": "8.6",
     "family": "ampere",
     "persistenceMode": False,
+    "clockEventReasons": 1,
     "temperature": 45,
     "gpuUtilization": 3,
     "memoryUtilization": 1,
@@ -358,6 +363,9 @@ H100_REAL = json.loads((REAL_H100_DIR / "gpu_facts.json").read_text(encoding="ut
 H100_REAL["cardList"][0].update(usedMemory=0, reservedMemory=480)
 # Read later on the same card (dcgm-counter-calls.txt): NVML's virtualization mode 1, passthrough.
 H100_REAL["cardList"][0].update(virtualizationMode=1)
+# Its nvidia-smi -q shows the clock event reason "GPU idle" active alone: NVML's mask 0x1, which gpu_facts
+# reports since it serves DCGM_FI_DEV_CLOCKS_EVENT_REASONS.
+H100_REAL["cardList"][0].update(clockEventReasons=1)
 
 BY_SCENARIO = {
     "titan_xp": TITAN_XP,

@@ -27,7 +27,7 @@ def _write(directory, name, certificate, key):
     return cert_path, key_path
 
 
-def _certificate(subject, issuer_name, public_key, signing_key, ca=False, server=False):
+def _certificate(subject, issuer_name, public_key, signing_key, ca=False, server=False, addresses=()):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -50,7 +50,8 @@ def _certificate(subject, issuer_name, public_key, signing_key, ca=False, server
             critical=True)
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            [x509.DNSName("localhost")] + [x509.IPAddress(ipaddress.ip_address(address))
+                                           for address in ("127.0.0.1",) + tuple(addresses)]), critical=False)
         builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
     elif not ca:
         builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
@@ -72,10 +73,11 @@ class TestPki:
         self.server = self.issue("%s-server" % name, server=True)
         self.client = self.issue("%s-client" % name)
 
-    def issue(self, name, server=False):
+    def issue(self, name, server=False, addresses=()):
+        """A (cert, key) pair signed by the CA; a server's names localhost, 127.0.0.1 and ``addresses``."""
         key = _key()
         return _write(self.directory, name, _certificate(name, self._ca_name, key.public_key(), self._ca_key,
-                                                         server=server), key)
+                                                         server=server, addresses=addresses), key)
 
 
 def bcrypt_hash(password, cost=4):

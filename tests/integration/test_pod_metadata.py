@@ -11,7 +11,7 @@ import pytest
 
 from harness.agent import AgentProcess
 from harness.common import Clock
-from harness.kubelet_podresources import pod
+from harness.kubelet_podresources import claim_pod, pod
 from harness.paths import scenario_uuids
 
 GPU = "nvidia.com/gpu"
@@ -234,6 +234,16 @@ def test_the_pods_are_read_when_the_pods_holding_gpus_change_and_when_due_never_
         "/api/v1/pods", fieldSelector="spec.nodeName=%s" % node), accept=METADATA_ONLY)
     assert answer["kind"] == "PartialObjectMetadataList" and len(answer["items"]) == 2
     assert "spec" not in answer["items"][0] and answer["items"][0]["metadata"]["uid"] in (train, notebook)
+
+
+def test_a_pod_holding_its_gpu_through_a_dra_claim_alone_is_read_too(control_plane, kubelet, reading):
+    node = reading.node_name
+    infer = bound_pod(control_plane, "infer", node, node, {"app": "server"})
+    kubelet.pods = [claim_pod("infer", node, ("main", [("gpu", [("gpu.nvidia.com", node, "gpu-0")])]))]
+    reading.pods.refresh()
+    reading.step()
+    assert reading.reads == 1
+    assert reading.extra({0: [("infer", node, "main")]}) == (("app", "pod_uid"), {("infer", node): ["server", infer]})
 
 
 def test_a_failed_read_takes_the_extra_labels_away_and_is_tried_again_after_a_pause_said_once(

@@ -83,6 +83,7 @@ class Agent:
         self.counters = Counters()
         self.notify = notify or (lambda *_words: None)
         self.failures = 0
+        self.published_at = None      # time.time() of the last tick that wrote the Scv or found it current
         self.state = ScvState()
         self.wake = Wakeup()              # set from other threads and from signal handlers
         self.stopping = threading.Event()
@@ -187,6 +188,9 @@ class Agent:
         if self.failures:
             LOG.info("the API server answers again")
         self.failures = 0
+        # The Scv was written, or found current: the held object is current only while the watch reaches the server.
+        if getattr(getattr(self.client, "contact", None), "failing_since", None) is None:
+            self.published_at = time.time()
         self.watch.ensure()
         return self._ticked(self.interval_s())
 
@@ -198,7 +202,7 @@ class Agent:
 
     def snapshot(self):
         """What the metrics serve, read at one instant: facts, last XIDs and every counter."""
-        facts = self.readings.facts()
+        facts, now = self.readings.facts(), self.session.clock()
         values = {"scv_agent_%s" % name: value for name, value in self.counters.values().items()}
         values.update(
             scv_agent_api_requests=self.client.requests,
@@ -210,6 +214,7 @@ class Agent:
             scv_agent_nvml_counter_reads=self.session.slow.reads,
             scv_agent_nvml_seconds=self.readings.seconds,
             scv_agent_nvml_scrape_reads=self.readings.scrape_reads,
+            scv_agent_api_failures=getattr(getattr(self.client, "contact", None), "failed_total", 0),
         )
         cards = (facts or {}).get("cardList") or []
         pods = None if self.pods is None else self.pods.by_card(cards)
@@ -226,7 +231,11 @@ class Agent:
                 "instance_pods": instance_pods,
                 "instance_replicas": None if self.pods is None else self.pods.replicas_by_instance(cards),
                 "dra": None if self.pods is None else self.pods.dra_labels(cards),
-                "pod_extra": None if metadata is None else metadata.extra(pods, instance_pods)}
+                "pod_extra": None if metadata is None else metadata.extra(pods, instance_pods),
+                "lost": self.session.lost.last, "published_at": self.published_at,
+                "api_failures_in_a_row": getattr(getattr(self.client, "contact", None), "failures", 0),
+                "critical_xids": {card.get("id"): self.xid_policy.critical(self.session.xids, card.get("id"), now)
+                                  for card in cards}}
 
     def healthz(self, now=None):
         """(healthy, detail): healthy while ticks keep coming, at most max(60 s, 3 intervals) apart."""

@@ -59,6 +59,14 @@ DCGM_CARD_GAUGES = (
      "Number of remapped rows for uncorrectable errors."),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", ("remappedRows", "failed"), "Whether remapping of rows has failed."),
     ("DCGM_FI_DEV_ROW_REMAP_PENDING", ("remappedRows", "pending"), "Whether remapping of rows is pending."),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", ("clockEventReasons",),
+     "Current clock event reasons (bit mask of NVML's clock event reasons: 0x4 power cap, 0x8 hardware "
+     "slowdown, 0x20 software thermal, 0x40 hardware thermal, 0x80 hardware power brake)."),
+    ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", ("recoveryAction",),
+     "GPU recovery action the driver asks for (0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, "
+     "4 drain and reset)."),
+    ("DCGM_FI_DEV_FABRIC_MANAGER_STATUS", ("fabric",),
+     "Fabric Manager status (0 not supported, 1 not started, 2 in progress, 3 success, 4 failure)."),
 )
 
 SCV_CARD_GAUGES = (
@@ -89,7 +97,22 @@ _SCALE = {"tensorUtilization": (1.0, 100.0), "graphicsActivity": (1.0, 100.0), "
           "pcieTxMiBPerSecond": (1048576.0, 1.0), "pcieRxMiBPerSecond": (1048576.0, 1.0)}
 
 
+# DCGM's dcgmFabricManagerStatus_t from the card's fabric fact (see nvml.fabric): a GPU without one has no fabric.
+FABRIC_MANAGER_STATUS = {"not started": 1, "in progress": 2, "completed": 3}
+FABRIC_FAILURE = 4
+
+
+def fabric_manager_status(card):
+    fabric = card.get("fabric")
+    if not fabric:
+        return 0
+    status = FABRIC_MANAGER_STATUS.get(fabric.get("state"), 0)
+    return FABRIC_FAILURE if status == 3 and fabric.get("status", "Success") != "Success" else status
+
+
 def _field(card, path):
+    if path[0] == "fabric":
+        return fabric_manager_status(card)
     if path[0] in _SCALE:
         value, (times, over) = card.get(path[0]), _SCALE[path[0]]
         return value * times / over if isinstance(value, (int, float)) and not isinstance(value, bool) else None
@@ -136,6 +159,7 @@ def read_counters_file(path):
 # Help texts of the counters that are not the agent's own Counters (see ``agent.counters``).
 _OTHER_COUNTERS = {
     "scv_agent_api_requests": "API requests made.",
+    "scv_agent_api_failures": "API requests the API server did not answer, or answered 429 or 5xx.",
     "scv_agent_api_throttled": "API requests that waited for the agent's own rate limit (api-qps, api-burst).",
     "scv_agent_api_throttled_seconds": "Seconds API requests waited for the agent's own rate limit.",
     "scv_agent_credential_reloads": "Times changed credentials were read from disk.",
@@ -272,11 +296,29 @@ def families(snapshot):
             ([node, str(card["id"]), card.get("uuid", "")], card[field]) for card in cards if card.get(field) is not None]
     yield "scv_gpu_healthy", "gauge", "1 when the card is Healthy.", SCV_LABELS, [
         ([node, str(card["id"]), card.get("uuid", "")], int(card.get("health") == "Healthy")) for card in cards]
+    yield from alert_families(snapshot, cards)
     yield ("scv_agent_scv_contested", "gauge", "1 while another writer keeps changing this node's Scv status and the "
            "agent holds its own writes.", (), [((), int(bool(snapshot.get("contested"))))])
     helps = dict(_OTHER_COUNTERS, **{"scv_agent_%s" % name: text for name, text in COUNTERS})
     for name, value in snapshot["counters"].items():
         yield name, "counter", helps[name], (), [((), value)]
+
+
+def alert_families(snapshot, cards):
+    """The per-card and agent series that alert rules need beside the DCGM ones: lost cards, critical XIDs
+    held under the XID policy, and when the agent last published its Scv."""
+    node, lost, held = snapshot["node"], snapshot.get("lost") or (), snapshot.get("critical_xids") or {}
+    yield "scv_gpu_lost", "gauge", ("1 while the card answers GPU_IS_LOST or RESET_REQUIRED (fallen off the bus, "
+                                    "XID 79): reset the GPU or reboot the node."), SCV_LABELS, [
+        ([node, str(card["id"]), card.get("uuid", "")], int(card["id"] in lost)) for card in cards]
+    yield "scv_gpu_critical_xid", "gauge", ("The last XID held against the card under the agent's XID policy that "
+                                            "calls for a reset or a reboot (0: none)."), SCV_LABELS, [
+        ([node, str(card["id"]), card.get("uuid", "")], held.get(card["id"], 0)) for card in cards]
+    yield ("scv_agent_api_consecutive_failures", "gauge", "API requests that failed (no answer, 429 or 5xx) since "
+           "the API server last answered.", (), [((), snapshot.get("api_failures_in_a_row") or 0)])
+    if snapshot.get("published_at") is not None:
+        yield ("scv_agent_scv_last_published_timestamp_seconds", "gauge", "Unix time the agent last wrote its "
+               "node's Scv status or found it current.", (), [((), snapshot["published_at"])])
 
 
 def load():

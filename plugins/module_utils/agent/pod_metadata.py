@@ -29,6 +29,7 @@ import re
 import threading
 import time
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent import dra
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import (
     DCGM_LABELS,
     DRIVER_VERSION,
@@ -46,8 +47,10 @@ RETRY_S = 5.0          # the first retry after a failed read; doubled up to refr
 PODS = "/api/v1/pods"
 # The list as PartialObjectMetadataList: each pod's metadata without its spec and status (plain JSON as a fallback).
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-# The labels DCGM series carry already (GPU_I_*: those of a MIG GPU instance): a pod label of the same name is left off.
-TAKEN = frozenset(DCGM_LABELS + (DRIVER_VERSION,) + POD_LABELS + (UID_LABEL,) + INSTANCE_LABELS)
+# The labels DCGM series carry already (GPU_I_*: those of a MIG GPU instance; dra_*: of a DRA claim): a pod label of
+# the same name is left off.
+TAKEN = frozenset(DCGM_LABELS + (DRIVER_VERSION,) + POD_LABELS + (UID_LABEL,) + INSTANCE_LABELS + dra.LABELS
+                  + dra.MIG_LABELS)
 _NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -115,7 +118,8 @@ class PodMetadata(threading.Thread):
     def step(self):
         """Reads the pods when those holding GPUs changed or a read is due; never while none holds one, and
         after a failure not before its retry is due."""
-        held = frozenset(holder[:2] for found in list(self.pods.holders.values()) for holder in found)
+        held = frozenset(holder[:2] for table in (self.pods.holders, self.pods.claims)   # claims: through DRA
+                         for found in list(table.values()) for holder in found)
         if not held:
             return
         uids = frozenset((uid, namespace, pod) for uid, (namespace, pod) in self.names.names().items()

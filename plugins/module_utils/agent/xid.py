@@ -96,6 +96,12 @@ class XidPolicy:
                 reasons.append(reason)
         return reasons
 
+    def critical(self, log, index, now):
+        """The last XID held against card ``index`` that calls for a reset or a reboot, or 0."""
+        records = log.kept(index, newer_than=now - self.hold_s if self.hold_s else None)
+        held = [record.xid for record in records if action_for(record.xid, self.actions) != "none"]
+        return held[-1] if held else 0
+
     def apply(self, facts, log, now):
         """Adds the XIDs' reasons to the cards of ``facts`` (the nvidia_gpu fact), in place."""
         for card in facts.get("cardList") or []:

@@ -44,6 +44,7 @@ class ApiContact:
         self._lock = threading.Lock()
         self.failing_since = None    # the clock time of the first failure since the last answer
         self.failures = 0            # failed attempts since the last answer
+        self.failed_total = 0        # failed attempts since the agent started
 
     def reached(self, status):
         if status == 429 or status >= 500:
@@ -55,6 +56,7 @@ class ApiContact:
     def failed(self):
         with self._lock:
             self.failures += 1
+            self.failed_total += 1
             if self.failing_since is None:
                 self.failing_since = self._clock()
 

@@ -100,6 +100,7 @@ def read_health(reader, card, telemetry=False, counters=True, settled=None):
 
     event_reasons = reader.query("clock event reasons", _clock_event_reasons, health=True)
     if event_reasons is not None:
+        card["clockEventReasons"] = int(event_reasons)
         if event_reasons & HW_THERMAL_SLOWDOWN:
             reasons.append("hardware thermal slowdown: the GPU is too hot and its clocks are cut")
         if event_reasons & SW_THERMAL_SLOWDOWN:

@@ -170,7 +170,7 @@ class Session:
         self._handles, self._uuids = [], []
         self._static, self._static_at = {}, 0.0
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
-        self._lost = LostCards(self.xids)
+        self.lost = LostCards(self.xids)
         self._settled, self._fabric = SettledChecks(), FabricChecks(counters_interval_s)
 
     # -------------------------------------------------------------- public
@@ -178,7 +178,7 @@ class Session:
     def read(self, subsets):
         """Every GPU's facts, like ``collect.collect``; never raises for NVML's answers."""
         now = self.clock()
-        if self._open.is_set() and self._lost.restart_at is not None and now >= self._lost.restart_at:
+        if self._open.is_set() and self.lost.restart_at is not None and now >= self.lost.restart_at:
             self._restart("a GPU was lost or needed a reset")
         if self._open.is_set() and now - self._static_at >= self.static_refresh_s:
             self._static.clear()
@@ -257,7 +257,7 @@ class Session:
 
     def _restart(self, reason):
         self.last_reinit_reason = reason
-        self.close(keep_xids=self._lost.last)   # a card still lost keeps its XIDs: this is no reset
+        self.close(keep_xids=self.lost.last)   # a card still lost keeps its XIDs: this is no reset
 
     def _start(self):
         self._wanted.set()
@@ -275,7 +275,7 @@ class Session:
         self._open.set()
         self.inits, self.static_reads = self.inits + 1, self.static_reads + 1
         self._static_at = self._checked_at = self.clock()
-        self._lost.restart_at = None
+        self.lost.restart_at = None
         self._system = system_facts()
         try:
             count = pynvml.nvmlDeviceGetCount()
@@ -320,8 +320,8 @@ class Session:
             if "counters" in subsets:
                 self.slow.fill(index, self._handles[index], card, slow, not self.mig.listed(index))
             cards.append(card)
-        self._lost.schedule(lost, self.clock(), self.max_lost_backoff_s)
-        self._lost.keep_identity(cards, lost, len(self._handles))
+        self.lost.schedule(lost, self.clock(), self.max_lost_backoff_s)
+        self.lost.keep_identity(cards, lost, len(self._handles))
         facts["cardList"] = cards
         facts.update(node_totals(cards))
         return facts

@@ -67,12 +67,12 @@ def test_devices_are_found_by_minor_number_and_gpu_instance_placement():
 def test_pod_attribution_names_claim_holders_beside_the_device_plugins_until_the_kubelet_fails():
     answers = [[{"namespace": "ns", "pod": "dp", "container": "c", "resource": "nvidia.com/gpu", "device_ids": ["GPU-1"]},
                 claim("w", "c", "whole", "gpu-1"), claim("m", "c", "mig", "gpu-0-mig-1g10gb-19-3")]]
-    asked = []
+    asked, failing = [], []
 
     def lister(_path, _timeout, _keep=None, drivers=None):
         asked.append(drivers)
-        if isinstance(answers[0], Exception):
-            raise answers[0]
+        if failing:
+            raise OSError("gone")
         return answers[0]
 
     pods = PodAttribution("/none", 10, threading.Event(), lister=lister)
@@ -84,7 +84,7 @@ def test_pod_attribution_names_claim_holders_beside_the_device_plugins_until_the
     assert pods.dra_labels(CARDS)[1] == {0: {("w", "ns", "c"): ["whole", "ns", DRIVER, "node", "gpu-1", "", ""]},
                                          (1, 13): {("m", "ns", "c"): ["mig", "ns", DRIVER, "node",
                                                                       "gpu-0-mig-1g10gb-19-3", "1g.10gb", "MIG-a"]}}
-    answers[0] = OSError("gone")
+    failing.append(True)
     pods.refresh()
     assert pods.by_card(CARDS) == {} and pods.by_instance(CARDS) == {} and pods.dra_labels(CARDS) == ((), {})
 
@@ -111,3 +111,10 @@ def test_the_claim_labels_follow_vgpu_and_come_before_the_pods_own_and_a_split_s
     assert used[""]["value"] == 100 and all(used[""][key] == "" for key in dra.LABELS + ("pod_uid", "team"))
     assert (used["a"]["value"], used["a"]["pod_uid"], used["a"]["dra_claim_name"]) == (60, "uid-a", "one")
     assert (used["b"]["value"], used["b"]["pod_uid"], used["b"]["dra_claim_name"]) == (40, "uid-b", "")
+
+
+def test_a_pod_label_named_as_a_claim_label_is_left_off_never_doubled():
+    from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import allowed_labels
+
+    labels = {name.replace("_", "."): "spoof" for name in dra.LABELS + dra.MIG_LABELS}
+    assert allowed_labels(dict(labels, app="x"), ()) == {"app": "x"}

@@ -144,7 +144,7 @@ def test_gkes_vgpu_suffix_is_a_replica_and_the_kubelets_answer_keeps_device_name
 
 
 class _Pods:
-    holders = {}
+    holders, claims = {}, {}
 
 
 def test_the_extra_labels_are_the_held_pods_and_none_while_the_pods_cannot_be_read():

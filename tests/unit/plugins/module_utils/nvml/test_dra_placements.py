@@ -10,6 +10,7 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent import dra
 
+from harness.common import replace_json
 from harness.paths import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "dra"
@@ -52,8 +53,21 @@ def test_minor_numbers_are_the_drivers_not_the_nvml_index(scenario_file, session
     path, data = scenario_file("h100_sxm_x8")
     for index, device in enumerate(data["devices"]):
         device["minorNumber"] = 7 - index                # device nodes numbered the other way round
-    from harness.common import replace_json
     replace_json(path, data)
     cards = session.read(["static"])["cardList"]
     minors, placements = session.mig.placements(session, cards)
     assert minors == {7 - index: index for index in range(8)} and placements == {}
+
+
+def test_a_gpu_whose_instances_or_minor_number_the_driver_will_not_tell_is_left_out_and_still_read(
+        scenario_file, session):
+    path, data = scenario_file("h100_mig_mixed")
+    data["devices"][0]["errors"] = {"nvmlGpuInstanceGetInfo": "UNKNOWN"}
+    data["devices"][1]["errors"] = {"nvmlDeviceGetMinorNumber": "UNKNOWN"}
+    replace_json(path, data)
+    cards = session.read(["static"])["cardList"]
+    minors, placements = session.mig.placements(session, cards)
+    whole = data["devices"][1]["migDevices"][0]["uuid"]
+    assert minors == {0: 0} and placements == {0: {}, 1: {(0, 0): (1, "7g.80gb", whole)}}
+    # the GPU instances are still read for their series
+    assert [entry["id"] for entry in session.mig.read(session, cards)[0]] == [1, 2, 3, 4]
