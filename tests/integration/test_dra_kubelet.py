@@ -125,15 +125,25 @@ def container_environment(plane, name):
     raise AssertionError("no process in a cgroup of container %s (pod %s)" % (container, name))
 
 
-def _dra_labels(agent, gpu):
-    """The dra_* labels of GPU ``gpu``'s DCGM_FI_DEV_GPU_UTIL series naming a pod, or None."""
+def _pod_series_labels(agent, gpu):
+    """The labels of GPU ``gpu``'s DCGM_FI_DEV_GPU_UTIL series naming a pod, or None."""
     from prometheus_client.parser import text_string_to_metric_families
 
     for family in text_string_to_metric_families(agent.metrics_text()):
         for sample in family.samples:
             if sample.name == "DCGM_FI_DEV_GPU_UTIL" and sample.labels["gpu"] == str(gpu) and sample.labels.get("pod"):
-                return {key: value for key, value in sample.labels.items() if key.startswith("dra_")}
+                return sample.labels
     return None
+
+
+def _dra_labels(agent, gpu):
+    """The dra_* labels of GPU ``gpu``'s series naming a pod, or None."""
+    labels = _pod_series_labels(agent, gpu)
+    return None if labels is None else {key: value for key, value in labels.items() if key.startswith("dra_")}
+
+
+def _label(agent, gpu, name):
+    return (_pod_series_labels(agent, gpu) or {}).get(name)
 
 
 def test_a_claim_for_an_h100_of_40_gib_is_placed_prepared_through_cdi_and_named_by_the_agent(
@@ -162,7 +172,8 @@ def test_a_claim_for_an_h100_of_40_gib_is_placed_prepared_through_cdi_and_named_
     assert environment.get("SCV_TEST_DRA_CLAIM") == claim["metadata"]["uid"], environment
 
     agent = AgentProcess(agent_command, access, NODE, tmp_path, scenario=SCENARIO, extra=(
-        "--pod-resources-socket", str(kubelet.pod_resources_socket), "--pod-resources-interval", "1"))
+        "--pod-resources-socket", str(kubelet.pod_resources_socket), "--pod-resources-interval", "1",
+        "--pod-logs-dir", str(kubelet.pod_logs), "--kubernetes-enable-pod-uid"))
     nobody = [("", "", "")]
     try:
         holder = [("train", NAMESPACE, "trainer")]
@@ -172,6 +183,7 @@ def test_a_claim_for_an_h100_of_40_gib_is_placed_prepared_through_cdi_and_named_
         assert _dra_labels(agent, gpu) == {"dra_claim_name": name, "dra_claim_namespace": NAMESPACE,
                                            "dra_driver_name": DRIVER, "dra_pool_name": NODE,
                                            "dra_device_name": device}
+        agent.wait_for(lambda: _label(agent, gpu, "pod_uid") == pod["metadata"]["uid"], 20)
 
         # The pod ends: the kubelet has the claim unprepared (its CDI spec goes), the agent forgets the pod, and
         # the controller deletes the claim it made.
