@@ -76,11 +76,15 @@ def image_archive(work):
 
 
 class Containerd:
-    """Debian's containerd with its own configuration, root, state and socket, the test images imported."""
+    """Debian's containerd with its own configuration, root, state and socket, the test images imported.
 
-    def __init__(self, work):
+    ``binary``: another containerd (whose folder holds its runc shim and ``ctr``), such as containerd 2 from
+    tools/containerd/build; ``cdi_spec_dirs``: CDI enabled, with specs read from those folders (containerd 1.7+).
+    """
+
+    def __init__(self, work, binary=None, cdi_spec_dirs=()):
         self.work = pathlib.Path(work)
-        self.binary = debian_containerd()
+        self.binary = pathlib.Path(binary) if binary else debian_containerd()
         self.socket = self.work / "containerd.sock"
         self.log = self.work / "containerd.log"
         self.process = None
@@ -102,12 +106,21 @@ class Containerd:
             '[plugins."io.containerd.grpc.v1.cri"]',
             '  sandbox_image = "%s"' % PAUSE_IMAGE,
             "  restrict_oom_score_adj = true",
+            "  enable_cdi = true" if cdi_spec_dirs else "",
+            "  cdi_spec_dirs = %s" % json.dumps([str(folder) for folder in cdi_spec_dirs]) if cdi_spec_dirs else "",
             '[plugins."io.containerd.grpc.v1.cri".containerd]',
             '  snapshotter = "native"',
             '[plugins."io.containerd.grpc.v1.cri".cni]',
             '  bin_dir = "%s"' % CNI_PLUGINS,
             '  conf_dir = "%s"' % cni,
             ""]))
+        if binary:
+            # containerd 2 reads this file as version 2, but keeps its images' snapshotter in a plugin of its
+            # own, and ctr's import unpacks through its transfer service, for the platforms listed there only
+            with open(self.config, "a", encoding="utf-8") as config:
+                config.write('[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "native"\n'
+                             '[[plugins."io.containerd.transfer.v1.local".unpack_config]]\n'
+                             '  platform = "linux/amd64"\n  snapshotter = "native"\n')
 
     def start(self):
         env = dict(os.environ, PATH="%s:%s" % (self.binary.parent, os.environ.get("PATH", "/usr/sbin:/usr/bin")))
