@@ -4,12 +4,14 @@ The host: the NVML simulator's GPUs (the scenario's driver version), containerd'
 in a temporary folder, and the container_toolkit role's scv-gpu-cdi-refresh with the stand-in
 nvidia-smi (which asks the simulator) and nvidia-ctk on PATH, so the CDI specification and its
 fingerprint are real. The Node: created by the admin as a kubelet would register it, with the
-kubelet version and allocatable GPUs set through its status as the kubelet would report them.
+kubelet version and allocatable GPUs set through its status as the kubelet would report them;
+the ResourceSlice a DRA plugin publishes is created with the node's own credentials.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -57,7 +59,7 @@ class DraHost:
         self.sysfs = self.root / "sys"
         self.sysfs.mkdir()
         # the playbook's tasks on "the host" (localhost) find the stand-ins first
-        monkeypatch.setenv("PATH", "%s:%s" % (self.bin, __import__("os").environ["PATH"]))
+        monkeypatch.setenv("PATH", "%s:%s" % (self.bin, os.environ["PATH"]))
 
     def toolkit(self, version):
         text = (STANDIN / "nvidia-ctk").read_text().replace("@VERSION@", version)
@@ -94,9 +96,9 @@ def put_node(plane, name, labels=None, kubelet="v1.37.1", gpus=None):
 
 
 def publish_status(plane, node, status):
-    """The node's status, written with the node's own credentials, as its kubelet writes it."""
-    plane.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}),
-                  kubeconfig=plane.node_kubeconfig(node))
+    """The node's status as its kubelet reports it, written by the admin: kubectl reads nodes/status before it
+    patches, which the Node authorizer does not grant the node itself."""
+    plane.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
 
 
 def publish_slice(plane, node, devices=1):
