@@ -195,7 +195,7 @@ def test_a_node_that_cannot_run_dra_is_refused_by_name_and_nothing_changes(
 def plane_without_v1(tmp_path_factory):
     """A second API server that does not serve resource.k8s.io/v1 (as a cluster older than 1.34)."""
     plane = ControlPlane(tmp_path_factory.mktemp("no-resource-v1") / "plane",
-                         apiserver_args=["--runtime-config=resource.k8s.io/v1=false"])
+                         apiserver_args=["--runtime-config=resource.k8s.io/v1=false"], ready_excludes=["informer-sync"])
     try:
         plane.start()
         yield plane
