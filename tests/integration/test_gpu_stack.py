@@ -11,6 +11,7 @@ one a real node meets. The host is simulated as in test_dra_driver.py.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -103,15 +104,21 @@ def test_check_mode_reports_the_switch_and_changes_nothing(ansible, control_plan
     plane = control_plane
     node = "stack-check-%s" % suffix(ansible)
     put_node(plane, node, dict(GPU_NODE), gpus=4)
-    assert switch(ansible, plane, host, node, "device-plugin").returncode == 0     # the objects are there
+    namespace = "gpu-stack-check-%s" % suffix(ansible)       # on a cluster that has none of the driver's objects
+    plane.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
     before = node_object(plane, node)
 
-    checked = switch(ansible, plane, host, node, "dra", "--check")
+    checked = switch(ansible, plane, host, node, "dra", "--check", dra_driver_namespace=namespace)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert plane.kubectl("get", "namespace", namespace, check=False).returncode != 0
     assert recap(checked.stdout)["changed"] >= 2, checked.stdout       # the cordon and the label, at least
     after = node_object(plane, node)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "device-plugin"
+    assert after["metadata"]["labels"] == before["metadata"]["labels"]
+    assert ("Would create in the new namespace %s: ServiceAccount nvidia-dra-driver-gpu-kubelet-plugin, DaemonSet "
+            "nvidia-dra-driver-gpu-kubelet-plugin" % namespace) in " ".join(checked.stdout.split())
+    for task in ("Cordon and mark as ours node", "Switch the stack label of node %s, device-plugin to dra" % node):
+        assert re.search(r"TASK \[scv.gpu.dra_driver : %s[^\n]*\nchanged: " % re.escape(task), checked.stdout), task
 
 
 def test_a_node_that_never_offers_stays_cordoned_and_a_rerun_finishes_the_move(ansible, control_plane, host):
