@@ -213,3 +213,29 @@ def test_an_api_server_without_resource_v1_is_refused(ansible, plane_without_v1,
     assert "node %s: the API server does not serve resource.k8s.io/v1 (DeviceClass)" % node in output, output
     assert "scv.gpu/gpu-stack" not in node_object(plane, node)["metadata"]["labels"]
     assert plane.kubectl("get", "namespace", namespace, check=False).returncode != 0
+
+
+def test_drift_covers_the_dra_stack(ansible, control_plane, host, tmp_path):
+    plane = control_plane
+    node, namespace = "dra-drift-%s" % suffix(ansible), "dra-drift-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE))
+    settings = host.settings(plane, node, namespace, gpu_stack="dra")
+    assert run_role(ansible, tmp_path, SCENARIO, settings).returncode == 0
+    drift = dict(settings, scv_gpu_hosts="localhost", k8s_node_name=node,
+                 scv_gpu_kubeconfig=str(plane.admin_kubeconfig))
+
+    def drift_run():
+        return ansible.playbook("playbooks/drift.yml", SCENARIO, "--check", "--diff", "--tags", "dra",
+                                "-e", json.dumps(drift))
+
+    clean = drift_run()
+    assert clean.returncode == 0 and '"msg": "no drift"' in clean.stdout, clean.stdout + clean.stderr
+
+    plane.kubectl("delete", "deviceclass", "mig.nvidia.com")
+    plane.kubectl("label", "node", node, "scv.gpu/gpu-stack-")
+    drifted = drift_run()
+    assert drifted.returncode == 2, drifted.stdout + drifted.stderr
+    assert ("localhost has drifted from the desired state: dra: the node has no scv.gpu/gpu-stack label (it runs "
+            "the device plugin); dra: NVIDIA's DRA driver's objects (kubelet plugin, RBAC, DeviceClasses) differ "
+            "from the role's") in drifted.stdout, drifted.stdout
+    assert plane.kubectl("get", "deviceclass", "mig.nvidia.com", check=False).returncode != 0    # check mode only
