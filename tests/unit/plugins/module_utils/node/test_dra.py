@@ -14,6 +14,8 @@ PATH = "/etc/containerd/config.toml"
     ("570.158.0", "570.158.01", False), ("580.95.05", "570.158.01", True), ("v1.34.2", "1.34.2", True),
     ("v1.34.1", "1.34.2", False), ("v1.35.0-gke.1200", "1.34.2", True), ("v1.4.10", "1.34.2", False),
     ("", "565", False), ("unknown", "565", False), (None, "1.34", False),
+    # missing parts count as zeros, on either side
+    ("570.158", "570.158.0", True), ("565.0.0", "565", True), ("565", "565.0.1", False),
 ])
 def test_versions_compare_by_number_not_by_text(version, minimum, expected):
     assert dra.at_least(version, minimum) is expected
@@ -74,6 +76,7 @@ def test_containerd_must_enable_cdi_and_read_the_drivers_spec_dir(text, problem)
     (None, "scv-gpu-cdi-refresh is not installed"),
     ({"rc": 3, "stdout": "the NVIDIA driver does not answer (nvidia-smi: x)"}, "cannot be checked: the NVIDIA driver"),
     ({"rc": 1, "stdout": "", "stderr": "nvidia-ctk --version failed"}, "cannot be checked: nvidia-ctk --version failed"),
+    ({"rc": 0, "stdout": ""}, "cannot be checked: exit 0"),
 ])
 def test_the_cdi_spec_must_be_fresh(refresh, problem):
     found = dra.cdi_spec_problem(refresh, "/etc/cdi/nvidia.yaml")
@@ -86,6 +89,10 @@ def test_the_driver_and_kubelet_versions():
         {"nvml_available": True, "driver_version": "550.54.15"}, "565")
     assert "does not answer through NVML (NVML_ERROR_DRIVER_NOT_LOADED)" in dra.driver_problem(
         {"nvml_available": False, "nvml_error": "NVML_ERROR_DRIVER_NOT_LOADED"}, "565")
+    # a version from an earlier reading does not count when NVML does not answer now, nor NVML without a version
+    assert "does not answer through NVML (gone)" in dra.driver_problem(
+        {"nvml_available": False, "driver_version": "580.95.05", "nvml_error": "gone"}, "565")
+    assert "does not answer through NVML (no driver version)" in dra.driver_problem({"nvml_available": True}, "565")
     assert dra.kubelet_problem(node(kubelet="v1.34.2"), "1.34.2") is None
     assert "its kubelet is v1.33.9" in dra.kubelet_problem(node(kubelet="v1.33.9"), "1.34.2")
     assert "no such Node" in dra.kubelet_problem(None, "1.34.2")
