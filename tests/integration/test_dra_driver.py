@@ -2,8 +2,9 @@
 
 The host is simulated (harness/dra_host.py: NVML simulator, containerd config, the real
 scv-gpu-cdi-refresh with stand-in nvidia-smi and nvidia-ctk); Node objects stand for the hosts,
-their status (kubelet version, allocatable) written as a kubelet reports it. There is no kubelet or scheduler: which node each DaemonSet reaches is read from its
-nodeAffinity with the API server's own label selection.
+their status (kubelet version, allocatable) written as a kubelet reports it. There is no kubelet
+or scheduler: which node each DaemonSet reaches is read from its nodeAffinity with the API
+server's own label selection.
 """
 
 from __future__ import annotations
