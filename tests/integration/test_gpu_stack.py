@@ -85,7 +85,7 @@ def test_a_node_moves_to_dra_and_back_cordoned_only_meanwhile_and_a_rerun_change
     after = node_object(plane, node)
     assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "dra"
     assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
-    assert "Wait until node %s publishes a ResourceSlice of gpu.nvidia.com" % node in done.stdout
+    assert "Wait until a ResourceSlice of gpu.nvidia.com is published for node %s" % node in done.stdout
 
     again = switch(ansible, plane, host, node, "dra")
     assert again.returncode == 0, again.stdout + again.stderr
@@ -96,7 +96,7 @@ def test_a_node_moves_to_dra_and_back_cordoned_only_meanwhile_and_a_rerun_change
     after = node_object(plane, node)
     assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "device-plugin"
     assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
-    assert "Wait until node %s offers nvidia.com/gpu through the device plugin" % node in back.stdout
+    assert "Wait until the device plugin offers nvidia.com/gpu on node %s" % node in back.stdout
 
 
 @pytest.mark.every_ansible_line
@@ -117,7 +117,7 @@ def test_check_mode_reports_the_switch_and_changes_nothing(ansible, control_plan
     assert after["metadata"]["labels"] == before["metadata"]["labels"]
     assert ("Would create in the new namespace %s: ServiceAccount nvidia-dra-driver-gpu-kubelet-plugin, DaemonSet "
             "nvidia-dra-driver-gpu-kubelet-plugin" % namespace) in " ".join(checked.stdout.split())
-    for task in ("Cordon and mark as ours node", "Switch the stack label of node %s, device-plugin to dra" % node):
+    for task in ("Cordon and mark as ours node", "Switch the stack label of node %s" % node):
         assert re.search(r"TASK \[scv.gpu.dra_driver : %s[^\n]*\nchanged: " % re.escape(task), checked.stdout), task
 
 
