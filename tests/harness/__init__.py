@@ -13,5 +13,6 @@
 - ``ansible``: the ``ansible`` and ``ansible-playbook`` commands of one ansible-core line, and ``recap``;
 - ``pci_sysfs`` and ``kernel_modules``: sysfs PCI trees and kernel modules built for a test;
 - ``yoda_scheduler``: the Yoda scheduler's reading of an Scv;
+- ``dra_host``: a simulated host ready for NVIDIA's DRA driver, its Node, and what its kubelet and DRA plugin publish;
 - ``scenario_expectations`` and ``label_expectations``: what each simulator scenario must give, worked out by hand.
 """

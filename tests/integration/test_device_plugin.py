@@ -175,7 +175,9 @@ def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     expressions = term["matchExpressions"]
     assert expressions[0] == {"key": "gpu/nvidia", "operator": "Exists"}
-    assert expressions[1:] == ([{"key": "scv.gpu/mig-layout", "operator": "NotIn", "values": ["applying"]}]
+    # every flavor stays off the nodes whose GPU stack is dra (NVIDIA's DRA kubelet plugin runs there)
+    assert expressions[1] == {"key": "scv.gpu/gpu-stack", "operator": "NotIn", "values": ["dra"]}
+    assert expressions[2:] == ([{"key": "scv.gpu/mig-layout", "operator": "NotIn", "values": ["applying"]}]
                                if flavor == "nvidia" else [])
     selected = plane.kubectl("get", "nodes", "-l", "gpu/nvidia", "-o", "name").stdout.split()
     assert "node/%s" % gpu_node in selected and "node/%s" % cpu_node not in selected

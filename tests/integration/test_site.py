@@ -77,7 +77,7 @@ def test_site_host_stages_in_check_mode_leave_this_machine_alone(ansible, scv_cr
 
 @pytest.mark.parametrize("extra, message", [
     (("--tags", "drvier"), "unknown area(s) drvier in --tags or --skip-tags; drift.yml reads driver, toolkit, scv, "
-                           "labels. Nothing was read or changed."),
+                           "labels, dra. Nothing was read or changed."),
     (("--tags", "scv", "--skip-tags", "lables"), "unknown area(s) lables in --tags or --skip-tags"),
     (("-e", "scv_gpu_hosts=gpu_fleet"),
      "no host of the inventory matches gpu_fleet: put the GPU nodes in the group gpu_nodes, or set scv_gpu_hosts. "

@@ -1,0 +1,46 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What keeps a node from running NVIDIA's DRA driver, for the dra_driver role (module_utils/node/dra.py)."""
+
+from __future__ import annotations
+
+from ansible_collections.scv.gpu.plugins.module_utils.node import dra
+
+
+def scv_gpu_dra_driver_problems(checks):
+    """["node N: problem; what to do", ...] from what the role read of the node, the host and the API."""
+    checks = checks or {}
+    name = checks.get("node_name")
+    label = dra.label_problem(checks.get("node"), checks.get("stack")) if checks.get("check_label") else None
+    if checks.get("stack") != "dra" or not checks.get("prerequisites", True):
+        return ["node %s: %s" % (name, label)] if label else []
+    problems = [
+        dra.driver_problem(checks.get("gpu_facts"), checks.get("min_driver_version")),
+        dra.kubelet_problem(checks.get("node"), checks.get("min_kubelet_version")),
+        None if checks.get("api_found") else (
+            "the API server does not serve resource.k8s.io/v1 (DeviceClass); DRA needs Kubernetes 1.34 or newer "
+            "with that API enabled (kube-apiserver --runtime-config must not turn it off)"),
+        None if checks.get("compute_domain_api_found", True) else (
+            "dra_driver_compute_domains is true and the API server does not serve resource.nvidia.com/v1beta1 "
+            "ComputeDomain; install NVIDIA's ComputeDomain CRDs first, or set dra_driver_compute_domains: false"),
+        dra.cdi_spec_problem(checks.get("cdi_refresh"), checks.get("cdi_spec")),
+        label,
+    ]
+    if checks.get("runtime") == "containerd":
+        problems.insert(2, dra.containerd_cdi_problem(checks.get("containerd_config"), checks.get("containerd_path"))
+                        if checks.get("containerd_config") is not None else
+                        "%s cannot be read; CDI in containerd cannot be checked (set dra_driver_containerd_config, "
+                        "or dra_driver_runtime: crio on CRI-O nodes)" % checks.get("containerd_path"))
+    return ["node %s: %s" % (name, problem) for problem in problems if problem]
+
+
+def scv_gpu_dra_node_stack(node):
+    """The stack a Node runs now (its scv.gpu/gpu-stack label; device-plugin without one)."""
+    return dra.node_stack(node)
+
+
+class FilterModule:
+    def filters(self):
+        return {"dra_driver_problems": scv_gpu_dra_driver_problems, "dra_node_stack": scv_gpu_dra_node_stack}

@@ -1,0 +1,127 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""A node's GPU stack (device plugin or DRA) and what DRA needs of the node (private; pure functions).
+
+Each GPU node runs either a device plugin or NVIDIA's DRA kubelet plugin, never both: the
+label :data:`STACK_LABEL` says which, and both DaemonSets select on it. A node without the
+label runs the device plugin, as every node did before the label existed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import (
+    ContainerdConfigError, config_version, lookup, parse)
+
+STACK_LABEL = "scv.gpu/gpu-stack"
+STACKS = ("device-plugin", "dra")
+DEFAULT_STACK = "device-plugin"
+GPU_RESOURCE = "nvidia.com/gpu"
+# Where the DRA kubelet plugin writes its CDI specifications (its CDI_ROOT).
+DRA_CDI_DIR = "/var/run/cdi"
+# The CRI plugin's runtime table, where enable_cdi and cdi_spec_dirs live, and whether CDI is on
+# when enable_cdi is not written (containerd 1.7: off; 2.x: on).
+_CRI_RUNTIME = {2: (("plugins", "io.containerd.grpc.v1.cri"), False),
+                3: (("plugins", "io.containerd.cri.v1.runtime"), True)}
+_DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+_NUMBERS = re.compile(r"^v?(\d+(?:\.\d+)*)")
+
+
+def version_tuple(text):
+    """(major, minor, ...) of "570.158.01" or "v1.34.2-gke.100"; None when it starts with no number."""
+    match = _NUMBERS.match(str(text or "").strip())
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def at_least(version, minimum):
+    found, wanted = version_tuple(version), version_tuple(minimum)
+    if found is None or wanted is None:
+        return False
+    width = max(len(found), len(wanted))
+    return found + (0,) * (width - len(found)) >= wanted + (0,) * (width - len(wanted))
+
+
+def node_stack(node):
+    """The stack a Node runs now: its label, or the device plugin when it has none."""
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(STACK_LABEL) or DEFAULT_STACK
+
+
+def offers_gpus(node):
+    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
+    return str(allocatable.get(GPU_RESOURCE, "0")) not in ("0", "")
+
+
+def driver_problem(gpu_facts, minimum):
+    facts = gpu_facts or {}
+    version = facts.get("driver_version")
+    if not facts.get("nvml_available") or not version:
+        return ("the NVIDIA driver does not answer through NVML (%s); install it (scv.gpu.nvidia_driver) first"
+                % (facts.get("nvml_error") or "no driver version"))
+    if not at_least(version, minimum):
+        return ("the NVIDIA driver is %s and NVIDIA's DRA driver needs %s or newer; upgrade it "
+                "(playbooks/driver_upgrade.yml with nvidia_driver_version)" % (version, minimum))
+    return None
+
+
+def kubelet_problem(node, minimum):
+    if not node:
+        return "there is no such Node in the cluster; set dra_driver_node_name to the host's Kubernetes node name"
+    version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+    if not version:
+        return "the Node reports no kubelet version (status.nodeInfo.kubeletVersion); is its kubelet running?"
+    if not at_least(version, minimum):
+        return "its kubelet is %s and DRA through resource.k8s.io/v1 needs %s or newer; upgrade the kubelet" % (
+            version, minimum)
+    return None
+
+
+def containerd_cdi_problem(text, path):
+    """Why containerd, configured by ``text``, would not give containers the DRA driver's CDI devices."""
+    try:
+        config = parse(text or "", path)
+        version = config_version(config, path)
+    except ContainerdConfigError as error:
+        return "CDI cannot be checked: %s" % error
+    table, enabled_by_default = _CRI_RUNTIME[version]
+    enabled = lookup(config, table + ("enable_cdi",))
+    advice = "run scv.gpu.container_toolkit with container_toolkit_cdi: true, then restart containerd"
+    if enabled is False or (enabled is None and not enabled_by_default):
+        return "%s does not enable CDI (%s.enable_cdi); %s" % (path, '.'.join(table[1:]), advice)
+    dirs = lookup(config, table + ("cdi_spec_dirs",))
+    dirs = _DEFAULT_SPEC_DIRS if dirs is None else dirs
+    if not isinstance(dirs, list) and not isinstance(dirs, tuple) or DRA_CDI_DIR not in dirs:
+        return ("%s sets cdi_spec_dirs to %s, without %s where the DRA driver writes its CDI specifications; "
+                "add it" % (path, list(dirs) if isinstance(dirs, (list, tuple)) else dirs, DRA_CDI_DIR))
+    return None
+
+
+def cdi_spec_problem(refresh, spec):
+    """Why the CDI spec is not fresh, from scv-gpu-cdi-refresh --check (``refresh``: rc, stdout, or missing)."""
+    advice = "run scv.gpu.container_toolkit with container_toolkit_cdi: true"
+    if not refresh or refresh.get("missing"):
+        return "scv-gpu-cdi-refresh is not installed, so nothing keeps %s fresh; %s" % (spec, advice)
+    stdout = (refresh.get("stdout") or "").strip()
+    if refresh.get("rc") == 0 and stdout == "unchanged":
+        return None
+    if refresh.get("rc") == 0 and stdout == "would generate":
+        return ("the CDI specification %s is missing or stale (the driver, toolkit or MIG layout changed since "
+                "it was generated); %s" % (spec, advice))
+    return "the CDI specification %s cannot be checked: %s" % (
+        spec, stdout or (refresh.get("stderr") or "").strip() or "exit %s" % refresh.get("rc"))
+
+
+def label_problem(node, wanted):
+    """Why the role must not write the stack label itself (a running node needs playbooks/gpu_stack.yml)."""
+    if not node:
+        return None
+    current = node_stack(node)
+    has_label = STACK_LABEL in (((node.get("metadata") or {}).get("labels")) or {})
+    if current == wanted or (not has_label and wanted == "dra" and not offers_gpus(node)):
+        return None
+    return ("it runs the %s stack%s and gpu_stack asks for %s; switching needs its GPU pods drained: "
+            "run playbooks/gpu_stack.yml for it" % (current, "" if has_label else " (no %s label)" % STACK_LABEL,
+                                                    wanted))

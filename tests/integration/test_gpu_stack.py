@@ -1,0 +1,195 @@
+"""playbooks/gpu_stack.yml against the real kube-apiserver: a node moved between the device plugin and DRA.
+
+There is no kubelet or plugin here. What they would publish once the label switches the node's
+plugin is published by the test itself while the playbook waits: for DRA, a ResourceSlice of
+driver gpu.nvidia.com created with the node's own credentials (the Node authorizer allows a
+node exactly that, as it allows NVIDIA's kubelet plugin); for the device plugin, allocatable
+nvidia.com/gpu in the Node's status, as the kubelet reports it. So the playbook's wait is the
+one a real node meets. The host is simulated as in test_dra_driver.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+
+from harness.ansible import recap
+from harness.dra_host import DraHost, node_object, publish_slice, publish_status, put_node, suffix
+
+GPU_NODE = {"nvidia.com/gpu.present": "true", "gpu/nvidia": "NVIDIA-GB200"}
+SCENARIO = "gb200_nvl_x4"
+MARK = "scv.gpu/cordoned-by"
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    made = DraHost(tmp_path, monkeypatch)
+    made.generate_spec(SCENARIO)
+    return made
+
+
+def switch(ansible, plane, host, node, stack, *extra, **more):
+    settings = host.settings(plane, node, "gpu-stack-%s" % suffix(ansible), gpu_stack=stack,
+                             scv_gpu_hosts="localhost", scv_gpu_kubeconfig=str(plane.admin_kubeconfig),
+                             k8s_node_name=node, dra_driver_offer_timeout=60)
+    settings.update(more)
+    return ansible.playbook("playbooks/gpu_stack.yml", SCENARIO, "-e", json.dumps(settings), *extra)
+
+
+class Plugin(threading.Thread):
+    """Waits until the node is cordoned and labelled ``stack``, then publishes what that stack's plugin would."""
+
+    def __init__(self, plane, node, stack):
+        super().__init__(daemon=True)
+        self.plane, self.node, self.stack, self.seen = plane, node, stack, None
+
+    def run(self):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            current = node_object(self.plane, self.node)
+            if (current["metadata"].get("labels") or {}).get("scv.gpu/gpu-stack") == self.stack:
+                self.seen = current
+                break
+            time.sleep(0.5)
+        if self.stack == "dra":
+            publish_status(self.plane, self.node, {"allocatable": {"nvidia.com/gpu": "0"}})
+            publish_slice(self.plane, self.node, devices=4)
+        else:
+            self.plane.kubectl("delete", "resourceslices.resource.k8s.io", "%s-gpu.nvidia.com" % self.node,
+                               "--ignore-not-found")
+            publish_status(self.plane, self.node, {"allocatable": {"nvidia.com/gpu": "4"}})
+
+
+def switched(ansible, plane, host, node, stack):
+    plugin = Plugin(plane, node, stack)
+    plugin.start()
+    done = switch(ansible, plane, host, node, stack)
+    plugin.join(timeout=130)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, plugin.seen
+
+
+def test_a_node_moves_to_dra_and_back_cordoned_only_meanwhile_and_a_rerun_changes_nothing(
+        ansible, control_plane, host):
+    plane = control_plane
+    node = "stack-move-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE), gpus=4)
+
+    done, seen = switched(ansible, plane, host, node, "dra")
+    # the label switched while the node was cordoned with our mark
+    assert seen["spec"].get("unschedulable") is True and seen["metadata"]["annotations"][MARK] == "scv.gpu.gpu_stack"
+    after = node_object(plane, node)
+    assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "dra"
+    assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
+    assert "Wait until a ResourceSlice of gpu.nvidia.com is published for node %s" % node in done.stdout
+
+    again = switch(ansible, plane, host, node, "dra")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert recap(again.stdout)["changed"] == 0, again.stdout
+
+    back, seen = switched(ansible, plane, host, node, "device-plugin")
+    assert seen["spec"].get("unschedulable") is True
+    after = node_object(plane, node)
+    assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "device-plugin"
+    assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
+    assert "Wait until the device plugin offers nvidia.com/gpu on node %s" % node in back.stdout
+
+
+@pytest.mark.every_ansible_line
+def test_check_mode_reports_the_switch_and_changes_nothing(ansible, control_plane, host):
+    plane = control_plane
+    node = "stack-check-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE), gpus=4)
+    namespace = "gpu-stack-check-%s" % suffix(ansible)       # on a cluster that has none of the driver's objects
+    plane.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+    before = node_object(plane, node)
+
+    checked = switch(ansible, plane, host, node, "dra", "--check", dra_driver_namespace=namespace)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert plane.kubectl("get", "namespace", namespace, check=False).returncode != 0
+    assert recap(checked.stdout)["changed"] >= 2, checked.stdout       # the cordon and the label, at least
+    after = node_object(plane, node)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["metadata"]["labels"] == before["metadata"]["labels"]
+    assert ("Would create in the new namespace %s: ServiceAccount nvidia-dra-driver-gpu-kubelet-plugin, DaemonSet "
+            "nvidia-dra-driver-gpu-kubelet-plugin" % namespace) in " ".join(checked.stdout.split())
+    for task in ("Cordon and mark as ours node", "Switch the stack label of node %s" % node):
+        assert re.search(r"TASK \[scv.gpu.dra_driver : %s[^\n]*\nchanged: " % re.escape(task), checked.stdout), task
+
+
+def test_a_node_that_never_offers_stays_cordoned_and_a_rerun_finishes_the_move(ansible, control_plane, host):
+    plane = control_plane
+    node = "stack-late-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE), gpus=4)
+
+    late = switch(ansible, plane, host, node, "dra", dra_driver_offer_timeout=4)
+    assert late.returncode != 0
+    output = " ".join(late.stdout.split())
+    assert "Node %s offers no GPU through the dra stack after 4 s (no ResourceSlice of driver gpu.nvidia.com). " \
+           "It stays cordoned" % node in output, output
+    stuck = node_object(plane, node)
+    assert stuck["spec"]["unschedulable"] is True and stuck["metadata"]["annotations"][MARK] == "scv.gpu.gpu_stack"
+
+    publish_slice(plane, node)
+    resumed = switch(ansible, plane, host, node, "dra")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = node_object(plane, node)
+    assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
+
+
+def test_a_node_cordoned_by_someone_else_is_switched_and_stays_cordoned(ansible, control_plane, host):
+    plane = control_plane
+    node = "stack-foreign-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE), gpus=4)
+    plane.kubectl("cordon", node)
+
+    done, _seen = switched(ansible, plane, host, node, "dra")
+    assert "was already cordoned by someone else" in done.stdout
+    after = node_object(plane, node)
+    assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "dra"
+    assert after["spec"]["unschedulable"] is True and MARK not in (after["metadata"].get("annotations") or {})
+
+
+def test_a_drain_evicts_the_nodes_pods_before_the_label_switches(ansible, control_plane, host):
+    """A pod bound to the node (no kubelet runs it) is evicted by the drain; the test deletes it as its kubelet
+    would once the container stopped, so the drain's wait ends."""
+    plane = control_plane
+    node = "stack-drain-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE), gpus=4)
+    pod = "gpu-job-%s" % suffix(ansible)
+    plane.kubectl("delete", "pod", pod, "--ignore-not-found", "--grace-period=0", "--force")
+    plane.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)   # no controller makes it
+    plane.kubectl("create", "-f", "-", input_text=json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        # a Deployment's pod (drains refuse bare pods); no controller runs here to replace it
+        "metadata": {"name": pod, "namespace": "default", "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "gpu-job", "controller": True,
+            "uid": "6d2a9a52-8b0e-4c5e-9d7f-2f3e9c1a0b11"}]},
+        "spec": {"nodeName": node, "containers": [{"name": "job", "image": "registry.example.com/cuda:12",
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}))
+
+    labels_when_evicted = []
+
+    def kubelet_removes_evicted():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            got = plane.kubectl("get", "pod", pod, "-o", "json", check=False)
+            if got.returncode != 0:
+                return
+            if json.loads(got.stdout)["metadata"].get("deletionTimestamp"):
+                labels_when_evicted.append(node_object(plane, node)["metadata"].get("labels") or {})
+                plane.kubectl("delete", "pod", pod, "--grace-period=0", "--force", check=False)
+                return
+            time.sleep(0.3)
+
+    remover = threading.Thread(target=kubelet_removes_evicted, daemon=True)
+    remover.start()
+    switched(ansible, plane, host, node, "dra")
+    remover.join(timeout=10)
+    assert plane.kubectl("get", "pod", pod, check=False).returncode != 0
+    # evicted while the node still ran the device plugin
+    assert [labels.get("scv.gpu/gpu-stack") for labels in labels_when_evicted] == [None]

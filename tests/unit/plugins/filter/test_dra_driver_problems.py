@@ -1,0 +1,56 @@
+"""The dra_driver role's check: every problem of a node, each naming it; a device-plugin node only its label."""
+
+from __future__ import annotations
+
+from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import FilterModule
+from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import scv_gpu_dra_driver_problems as problems
+
+GOOD = {"node_name": "gpu-7", "stack": "dra", "check_label": True, "prerequisites": True,
+        "node": {"metadata": {"labels": {}}, "status": {"nodeInfo": {"kubeletVersion": "v1.37.1"}}},
+        "gpu_facts": {"nvml_available": True, "driver_version": "580.95.05"}, "min_driver_version": "565",
+        "min_kubelet_version": "1.34.2", "api_found": True, "compute_domain_api_found": True,
+        "runtime": "containerd", "containerd_path": "/etc/containerd/config.toml", "containerd_config": "version = 3\n",
+        "cdi_refresh": {"rc": 0, "stdout": "unchanged"}, "cdi_spec": "/etc/cdi/nvidia.yaml"}
+
+
+def test_a_ready_node_has_no_problem():
+    assert problems(GOOD) == []
+
+
+def test_every_problem_is_listed_with_the_node():
+    old_kubelet = {"metadata": {"labels": {}}, "status": {"nodeInfo": {"kubeletVersion": "v1.33.0"}}}
+    bad = dict(GOOD, gpu_facts={"nvml_available": True, "driver_version": "550.54.15"}, api_found=False, node=old_kubelet,
+               compute_domain_api_found=False, containerd_config=None, cdi_refresh={"missing": True})
+    found = problems(bad)
+    assert all(line.startswith("node gpu-7: ") for line in found), found
+    # in the order a site fixes them: the host, the cluster, the runtime, the spec
+    starts = ["the NVIDIA driver is 550.54.15", "its kubelet is v1.33.0", "/etc/containerd/config.toml cannot", "the API server does not serve",
+              "dra_driver_compute_domains is true", "scv-gpu-cdi-refresh is not installed"]
+    assert len(found) == len(starts) and all(line.split(": ", 1)[1].startswith(start)
+                                             for line, start in zip(found, starts)), found
+
+
+def test_what_is_not_given_is_not_held_against_the_node():
+    given = {key: value for key, value in GOOD.items() if key not in ("prerequisites", "compute_domain_api_found")}
+    assert problems(given) == []
+    assert len(problems(dict(given, api_found=False))) == 1      # the prerequisites are checked unless told not to
+
+
+def test_crio_needs_no_containerd_config_and_prerequisites_can_be_skipped():
+    assert problems(dict(GOOD, runtime="crio", containerd_config=None)) == []
+    assert problems(dict(GOOD, prerequisites=False, api_found=False)) == []
+
+
+def test_a_device_plugin_node_is_checked_for_its_label_only():
+    labelled_dra = {"metadata": {"labels": {"scv.gpu/gpu-stack": "dra"}}, "status": {}}
+    assert problems(dict(GOOD, stack="device-plugin", api_found=False)) == []
+    (found,) = problems(dict(GOOD, stack="device-plugin", node=labelled_dra))
+    assert found.startswith("node gpu-7: it runs the dra stack and gpu_stack asks for device-plugin")
+    assert problems(dict(GOOD, stack="device-plugin", node=labelled_dra, check_label=False)) == []
+
+
+def test_the_filters_by_name():
+    filters = FilterModule().filters()
+    assert filters["dra_driver_problems"] is problems
+    assert filters["dra_node_stack"]({"metadata": {"labels": {"scv.gpu/gpu-stack": "dra"}}}) == "dra"
+    assert filters["dra_node_stack"]({"metadata": {}}) == "device-plugin"
