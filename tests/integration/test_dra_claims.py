@@ -217,3 +217,32 @@ def edited(example, old, new):
 def test_thresholds_are_compared_at_their_edge(cluster, control_plane, example, old, new, expected):
     verdict = placed(control_plane, cluster, edited(example, old, new))
     assert ((verdict.node, verdict.devices) if verdict.node else None) == expected
+
+
+def test_a_pod_asking_for_nvidia_com_gpu_gets_a_device_through_the_class(cluster, control_plane):
+    """The class gpu.nvidia.com names nvidia.com/gpu as its extendedResourceName: the API server keeps it, and the
+    scheduler serves a pod that asks for that resource, as pods written for the device plugin do, from a DRA node's
+    devices through a claim it makes itself. The pod is held to the TITAN Xp node, which has one GPU."""
+    kept = read_object(control_plane, "deviceclass", "gpu.nvidia.com")["spec"]
+    assert kept.get("extendedResourceName") == "nvidia.com/gpu", kept
+    only_titan = {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": ["titan-xp"]}]}]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "counted", "namespace": NAMESPACE},
+           "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": only_titan}},
+                    "containers": [{"name": "main", "image": "registry.invalid/cuda:latest",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    control_plane.kubectl("create", "-f", "-", input_text=json.dumps(pod))
+    claim = None
+    try:
+        def bound():
+            return read_object(control_plane, "pod", "counted", NAMESPACE)["spec"].get("nodeName")
+
+        wait_until(bound, PLACED_WITHIN, "kube-scheduler to place pod counted", step=0.2, log=cluster.log)
+        status = read_object(control_plane, "pod", "counted", NAMESPACE)["status"]
+        claim = status["extendedResourceClaimStatus"]["resourceClaimName"]
+        allocation = read_object(control_plane, "resourceclaim", claim, NAMESPACE)["status"]["allocation"]
+        results = allocation["devices"]["results"]
+        assert [(result["driver"], result["pool"], result["device"]) for result in results] == [
+            (DRIVER, "titan-xp", "gpu-0")], results
+    finally:
+        remove(control_plane, claim or "none", "counted")
