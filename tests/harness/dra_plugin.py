@@ -132,6 +132,8 @@ class DraPlugin:
         return [item["metadata"]["name"] for item in json.loads(done.stdout)["items"]]
 
     def stop(self):
+        """Takes the node's slices off the API server, then stops serving."""
+        self.unpublish()
         self.server.stop(0)
         for socket in (self.socket, self.registration_socket):
             if socket.exists():

@@ -17,6 +17,7 @@ root directory, so one such node runs at a time on a machine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -403,6 +404,27 @@ class ConfigFollower:
         for resource, plugin in self.plugins.items():
             if resource not in keep:
                 plugin.stop()
+
+
+@contextlib.contextmanager
+def running_node(access, node, namespace, parts):
+    """``parts`` (containerd, the kubelet, plugins, ...) started in order for the tests of ``node``, with
+    ``namespace`` and its default ServiceAccount made first (without kube-controller-manager's ServiceAccount
+    controller nobody makes it). Afterwards the namespace's pods are deleted, every part is stopped in the reverse
+    order, and the node's Node and Scv are deleted."""
+    access.kubectl("create", "namespace", namespace, check=False)
+    access.kubectl("create", "serviceaccount", "default", "-n", namespace, check=False)
+    try:
+        for part in parts:
+            part.start()
+        yield
+    finally:
+        access.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period", "1", "--timeout", "60s",
+                       check=False)
+        for part in reversed(parts):
+            part.stop()
+        access.kubectl("delete", "node", node, "--ignore-not-found", check=False)
+        access.kubectl("delete", "scv", node, "--ignore-not-found", check=False)
 
 
 def gpu_pod(name, namespace, node, gpus, resource="nvidia.com/gpu"):

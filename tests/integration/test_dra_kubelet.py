@@ -23,7 +23,7 @@ from harness.control_plane import read_object
 from harness.controller_manager import ControllerManager
 from harness.dra_plugin import DRIVER, DraPlugin
 from harness.paths import ROOT, scenario_uuids
-from harness.real_kubelet import WORKLOAD_IMAGE, Containerd, Kubelet
+from harness.real_kubelet import WORKLOAD_IMAGE, Containerd, Kubelet, running_node
 from harness.scheduler import Scheduler
 
 NODE = "dra-gpu-node"
@@ -53,26 +53,10 @@ def dra_node(access, tmp_path_factory):
     claims = ControllerManager(access, work / "controller-manager", ["resourceclaim-controller"])
     plugin = DraPlugin(access, kubelet, work, SCENARIO, cdi)
     access.kubectl("apply", "-f", str(DEVICE_CLASS))
-    access.kubectl("create", "namespace", NAMESPACE, check=False)
-    access.kubectl("create", "serviceaccount", "default", "-n", NAMESPACE, check=False)
     try:
-        containerd.start()
-        kubelet.start()
-        plugin.start()
-        scheduler.start()
-        claims.start()
-        yield kubelet, plugin
+        with running_node(access, NODE, NAMESPACE, [containerd, kubelet, plugin, scheduler, claims]):
+            yield kubelet, plugin
     finally:
-        access.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s",
-                       check=False)
-        claims.stop()
-        scheduler.stop()
-        plugin.unpublish()
-        plugin.stop()
-        kubelet.stop()
-        containerd.stop()
-        access.kubectl("delete", "node", NODE, "--ignore-not-found", check=False)
-        access.kubectl("delete", "scv", NODE, "--ignore-not-found", check=False)
         access.kubectl("delete", "-f", str(DEVICE_CLASS), "--ignore-not-found", check=False)
 
 

@@ -15,7 +15,7 @@ from harness.common import replace_json, wait_until
 from harness.control_plane import read_object
 from harness.paths import scenario_path, scenario_uuids
 from harness.ansible import Ansible, venvs
-from harness.real_kubelet import ConfigFollower, Containerd, DevicePlugin, Kubelet, gpu_pod
+from harness.real_kubelet import ConfigFollower, Containerd, DevicePlugin, Kubelet, gpu_pod, running_node
 
 NODE = "kubelet-gpu-node"
 NAMESPACE = "ml"
@@ -28,22 +28,8 @@ def real_node(access, tmp_path_factory):
     containerd = Containerd(work)
     kubelet = Kubelet(access, work, NODE, containerd)
     plugin = DevicePlugin(work, GPU, scenario_uuids("h100_sxm_x8"))
-    # Without kube-controller-manager nobody creates a namespace's default ServiceAccount.
-    access.kubectl("create", "namespace", NAMESPACE, check=False)
-    access.kubectl("create", "serviceaccount", "default", "-n", NAMESPACE, check=False)
-    try:
-        containerd.start()
-        kubelet.start()
-        plugin.start()
+    with running_node(access, NODE, NAMESPACE, [containerd, kubelet, plugin]):
         yield kubelet, plugin
-    finally:
-        access.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period", "1", "--timeout", "60s",
-                       check=False)
-        plugin.stop()
-        kubelet.stop()
-        containerd.stop()
-        access.kubectl("delete", "node", NODE, "--ignore-not-found", check=False)
-        access.kubectl("delete", "scv", NODE, "--ignore-not-found", check=False)
 
 
 def _pod_phase(plane, name):
