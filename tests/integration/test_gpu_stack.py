@@ -1,11 +1,13 @@
-"""playbooks/gpu_stack.yml against the real kube-apiserver: a node moved between the device plugin and DRA.
+"""playbooks/gpu_stack.yml against the real kube-apiserver: the cases around a node's move between the device
+plugin and DRA (check mode, a node that never offers its GPUs, a node someone else cordoned).
 
-There is no kubelet or plugin here. What they would publish once the label switches the node's
-plugin is published by the test itself while the playbook waits: for DRA, a ResourceSlice of
-driver gpu.nvidia.com created with the node's own credentials (the Node authorizer allows a
-node exactly that, as it allows NVIDIA's kubelet plugin); for the device plugin, allocatable
-nvidia.com/gpu in the Node's status, as the kubelet reports it. So the playbook's wait is the
-one a real node meets. The host is simulated as in test_dra_driver.py.
+The whole move on a real node (kubelet, containerd, the DaemonSet controller placing each stack's plugin, a drain
+that ends a running GPU pod, the switch back) is in test_dra_kubelet.py. Here there is no kubelet or plugin: what
+they would publish once the label switches the node's plugin is published by the test itself while the playbook
+waits: for DRA, a ResourceSlice of driver gpu.nvidia.com created with the node's own credentials (the Node
+authorizer allows a node exactly that, as it allows NVIDIA's kubelet plugin); for the device plugin, allocatable
+nvidia.com/gpu in the Node's status, as the kubelet reports it. So the playbook's wait is the one a real node
+meets. The host is simulated as in test_dra_driver.py.
 """
 
 from __future__ import annotations
@@ -73,32 +75,6 @@ def switched(ansible, plane, host, node, stack):
     return done, plugin.seen
 
 
-def test_a_node_moves_to_dra_and_back_cordoned_only_meanwhile_and_a_rerun_changes_nothing(
-        ansible, control_plane, host):
-    plane = control_plane
-    node = "stack-move-%s" % suffix(ansible)
-    put_node(plane, node, dict(GPU_NODE), gpus=4)
-
-    done, seen = switched(ansible, plane, host, node, "dra")
-    # the label switched while the node was cordoned with our mark
-    assert seen["spec"].get("unschedulable") is True and seen["metadata"]["annotations"][MARK] == "scv.gpu.gpu_stack"
-    after = node_object(plane, node)
-    assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "dra"
-    assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
-    assert "Wait until a ResourceSlice of gpu.nvidia.com is published for node %s" % node in done.stdout
-
-    again = switch(ansible, plane, host, node, "dra")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert recap(again.stdout)["changed"] == 0, again.stdout
-
-    back, seen = switched(ansible, plane, host, node, "device-plugin")
-    assert seen["spec"].get("unschedulable") is True
-    after = node_object(plane, node)
-    assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "device-plugin"
-    assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
-    assert "Wait until the device plugin offers nvidia.com/gpu on node %s" % node in back.stdout
-
-
 @pytest.mark.every_ansible_line
 def test_check_mode_reports_the_switch_and_changes_nothing(ansible, control_plane, host):
     plane = control_plane
@@ -152,44 +128,3 @@ def test_a_node_cordoned_by_someone_else_is_switched_and_stays_cordoned(ansible,
     after = node_object(plane, node)
     assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "dra"
     assert after["spec"]["unschedulable"] is True and MARK not in (after["metadata"].get("annotations") or {})
-
-
-def test_a_drain_evicts_the_nodes_pods_before_the_label_switches(ansible, control_plane, host):
-    """A pod bound to the node (no kubelet runs it) is evicted by the drain; the test deletes it as its kubelet
-    would once the container stopped, so the drain's wait ends."""
-    plane = control_plane
-    node = "stack-drain-%s" % suffix(ansible)
-    put_node(plane, node, dict(GPU_NODE), gpus=4)
-    pod = "gpu-job-%s" % suffix(ansible)
-    plane.kubectl("delete", "pod", pod, "--ignore-not-found", "--grace-period=0", "--force")
-    plane.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)   # no controller makes it
-    plane.kubectl("create", "-f", "-", input_text=json.dumps({
-        "apiVersion": "v1", "kind": "Pod",
-        # a Deployment's pod (drains refuse bare pods); no controller runs here to replace it
-        "metadata": {"name": pod, "namespace": "default", "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "gpu-job", "controller": True,
-            "uid": "6d2a9a52-8b0e-4c5e-9d7f-2f3e9c1a0b11"}]},
-        "spec": {"nodeName": node, "containers": [{"name": "job", "image": "registry.example.com/cuda:12",
-                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}))
-
-    labels_when_evicted = []
-
-    def kubelet_removes_evicted():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            got = plane.kubectl("get", "pod", pod, "-o", "json", check=False)
-            if got.returncode != 0:
-                return
-            if json.loads(got.stdout)["metadata"].get("deletionTimestamp"):
-                labels_when_evicted.append(node_object(plane, node)["metadata"].get("labels") or {})
-                plane.kubectl("delete", "pod", pod, "--grace-period=0", "--force", check=False)
-                return
-            time.sleep(0.3)
-
-    remover = threading.Thread(target=kubelet_removes_evicted, daemon=True)
-    remover.start()
-    switched(ansible, plane, host, node, "dra")
-    remover.join(timeout=10)
-    assert plane.kubectl("get", "pod", pod, check=False).returncode != 0
-    # evicted while the node still ran the device plugin
-    assert [labels.get("scv.gpu/gpu-stack") for labels in labels_when_evicted] == [None]
