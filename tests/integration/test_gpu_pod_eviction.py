@@ -152,6 +152,17 @@ def test_the_switch_evicts_the_gpu_pods_and_the_cpu_pod_stays(ansible, control_p
     assert "TASK [scv.gpu.dra_driver : Drain the GPU pods of node %s]" % node in done.stdout
 
 
+def test_drain_pods_all_drains_the_cpu_pods_too(ansible, control_plane, host, node):
+    plane = control_plane
+    make_pod(plane, node, "web")
+
+    with Kubelet(plane, node) as kubelet:
+        done = switch(ansible, plane, host, node, dra_driver_drain_pods="all")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert kubelet.removed == {"web": None} and pod_or_none(plane, node, "web") is None
+    assert "TASK [scv.gpu.dra_driver : Drain node %s]" % node in done.stdout
+
+
 def test_a_budget_that_forbids_the_eviction_stops_the_switch_and_the_node_stays_cordoned(
         ansible, control_plane, host, node):
     plane = control_plane
