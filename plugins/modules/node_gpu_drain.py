@@ -12,7 +12,7 @@ short_description: Evict the pods that hold GPUs from a Kubernetes node, and onl
 version_added: 1.0.0
 description:
   - Evicts the pods bound to a node that hold GPUs, and waits until they are gone. The node's other pods keep
-    running: a change of the node's GPU stack or driver need not stop its CPU-only work.
+    running, since a change of the node's GPU stack or driver need not stop its CPU-only work.
   - A pod holds a GPU when one of its containers or init containers requests, or is limited to, a resource that
     matches O(resources), or when a ResourceClaim it uses (named in C(spec.resourceClaims), or made for it from a
     template, C(status.resourceClaimStatuses)) was allocated devices by a driver in O(drivers).

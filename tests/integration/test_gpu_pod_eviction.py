@@ -60,10 +60,9 @@ def make_pod(plane, node, name, limits=None, claim=None, owned=True, labels=None
         spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     made = create(plane, {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
     if running:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        plane.kubectl("patch", "pod", name, "-n", node, "--subresource=status", "--type=merge", "-p", json.dumps(
-            {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True",
-                                                             "lastTransitionTime": now}]}}))
+        ready = {"type": "Ready", "status": "True", "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        plane.kubectl("patch", "pod", name, "-n", node, "--subresource=status", "--type=merge", "-p",
+                      json.dumps({"status": {"phase": "Running", "conditions": [ready]}}))
     return made["metadata"]["uid"]
 
 

@@ -21,8 +21,9 @@ REPLICA_SET = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "job", "co
 DAEMON_SET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "exporter", "controller": True, "uid": "2"}
 
 
-def pod(name="job-1", containers=None, init=None, claims=None, claim_statuses=None, owner=REPLICA_SET,
+def pod(name="job-1", containers=None, init=None, claims=None, claim_statuses=None, owner="ReplicaSet",
         phase="Running", annotations=None, volumes=None, labels=None):
+    owner = REPLICA_SET if owner == "ReplicaSet" else owner
     metadata = {"name": name, "namespace": "ml", "uid": "uid-" + name, "labels": labels or {}}
     if owner:
         metadata["ownerReferences"] = [owner]
