@@ -222,3 +222,15 @@ def test_a_bare_gpu_pod_is_refused_unless_forced(ansible, control_plane, node):
     assert succeeded, result
     assert sorted(result["evicted"]) == ["%s/notebook" % node, "%s/trainer" % node] and result["changed"] is True
     assert sorted(kubelet.removed) == ["notebook", "trainer"]
+
+
+def test_an_evicted_pod_that_its_kubelet_never_finishes_fails_the_drain_naming_it(ansible, control_plane, node):
+    plane = control_plane
+    make_pod(plane, node, "trainer", limits={"nvidia.com/gpu": "1"})
+
+    succeeded, result = drain(ansible, plane, node, timeout=2)     # no kubelet deletes it
+    assert not succeeded
+    assert ("Node %s still has GPU pods after 2 s: %s/trainer was evicted but is still there (its kubelet on Node %s "
+            "has not stopped it" % (node, node, node)) in result["msg"], result
+    assert result["changed"] is True and result["evicted"] == ["%s/trainer" % node]
+    assert pod_or_none(plane, node, "trainer")["metadata"].get("deletionTimestamp")
