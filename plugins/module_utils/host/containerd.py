@@ -37,6 +37,10 @@ class ContainerdConfigError(Exception):
     """The config cannot be edited safely; the message names the file and what to do."""
 
 
+class ContainerdImportError(ContainerdConfigError):
+    """A file the config imports cannot be read."""
+
+
 def parse(text, path):
     """The config as a dict; empty text is ``{}``."""
     if tomllib is None:
@@ -281,7 +285,7 @@ def import_chain(config, version, path, read=_read):
         try:
             text = read(imported_path)
         except (OSError, UnicodeDecodeError) as error:
-            raise ContainerdConfigError("%s imports %s, which cannot be read (%s); containerd would not start "
+            raise ContainerdImportError("%s imports %s, which cannot be read (%s); containerd would not start "
                                         "either" % (importer, imported_path, error)) from error
         imported = parse(text, imported_path)
         chain.append({"path": imported_path, "imported_by": importer, "content": text, "config": imported})
@@ -301,7 +305,7 @@ def effective_configs(config, version, path, read=_read, chain=None):
     if chain is None:
         try:
             chain = import_chain(config, version, path, read)
-        except ContainerdConfigError as error:
+        except ContainerdImportError as error:
             raise ContainerdConfigError("%s; nothing was written" % error) from error
     rules = ("replace", "merge") if version == 2 else ("merge",)
     results = {}

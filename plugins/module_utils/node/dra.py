@@ -117,9 +117,9 @@ class _Deciders:
 
     def where(self, table, key):
         """The deciding file for a message, with the file that imports it; the main file when none decides."""
-        entry = self.file(table, key) or self.files[0]
-        if entry is self.files[0]:
-            return entry["path"], None
+        entry = self.file(table, key)
+        if entry is None or entry is self.files[0]:
+            return self.files[0]["path"], None
         return "%s (imported by %s)" % (entry["path"], entry["imported_by"]), entry
 
 

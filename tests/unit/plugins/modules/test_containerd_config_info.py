@@ -77,7 +77,10 @@ def test_the_module_returns_the_main_file_and_its_imports_in_containerds_order(c
     # ... and merges key by key: an import about another key leaves the main file's enable_cdi alone
     ('version = 3\nimports = ["conf.d/*.toml"]\n' + V3 + "  enable_cdi = false\n", V3 + '  x = "y"\n',
      "{main} does not enable CDI (io.containerd.cri.v1.runtime.enable_cdi); run scv.gpu.container_toolkit"),
-    # containerd 1.7: an import enables CDI; one that names the CRI section without it replaces the main file's
+    # containerd 1.7: no file enables CDI, an import about another plugin does not decide it
+    ('version = 2\nimports = ["conf.d/*.toml"]\n', '[plugins."io.containerd.internal.v1.opt"]\n  path = "/opt"\n',
+     "{main} does not enable CDI (io.containerd.grpc.v1.cri.enable_cdi); run scv.gpu.container_toolkit"),
+    # ... an import enables CDI; one that names the CRI section without it replaces the main file's
     ('version = 2\nimports = ["conf.d/*.toml"]\n', V2 + "  enable_cdi = true\n", None),
     ('version = 2\nimports = ["conf.d/*.toml"]\n' + V2 + "  enable_cdi = true\n",
      '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n',

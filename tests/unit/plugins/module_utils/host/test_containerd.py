@@ -175,8 +175,12 @@ def test_version_2_imports_are_read_both_as_containerd_1_6_replaces_and_as_1_7_m
 def test_an_import_that_cannot_be_read_is_named():
     def unreadable(path):
         raise OSError("permission denied")
-    with pytest.raises(ContainerdConfigError, match="c.toml imports /d/x.toml, which cannot be read"):
+    with pytest.raises(ContainerdConfigError, match="c.toml imports /d/x.toml, which cannot be read .permission "
+                                                    "denied.; containerd would not start either; nothing was written$"):
         effective_configs({"imports": ["/d/x.toml"]}, 3, "c.toml", read=unreadable)
+    with pytest.raises(ContainerdConfigError, match="/d/x.toml is not valid TOML: .*; fix it, the file was left "
+                                                    "untouched$"):
+        effective_configs({"imports": ["/d/x.toml"]}, 3, "c.toml", read=lambda path: "[")
 
 
 def test_imports_are_followed_breadth_first_each_file_once_as_containerd_loads_them():
