@@ -37,7 +37,8 @@ def _containerd_problem(checks):
     """Why CDI in containerd stops the node, from what scv.gpu.containerd_config_info read on the host."""
     path, text, error = checks.get("containerd_path"), checks.get("containerd_config"), checks.get("containerd_error")
     if text is None:
-        unread = error if error and str(path) in error else "%s cannot be read%s" % (path, " (%s)" % error if error else "")
+        unread = (error if error and str(path) in error else
+                  "%s cannot be read%s" % (path, " (%s)" % error if error else ""))
         return ("%s; CDI in containerd cannot be checked (set dra_driver_containerd_config, or dra_driver_runtime: "
                 "crio on CRI-O nodes)" % unread)
     if error:

@@ -27,12 +27,13 @@ LAYOUTS = {
     "an import turns it back on": {"config.toml": GLOB + OFF, "conf.d/50-x.toml": ON},
     "the last drop-in by name wins": {"config.toml": GLOB, "conf.d/10-on.toml": ON, "conf.d/90-off.toml": OFF},
     "the first drop-in by name loses": {"config.toml": GLOB, "conf.d/10-off.toml": OFF, "conf.d/90-on.toml": ON},
-    "an import of another key keeps the main file's": {"config.toml": GLOB + OFF,
-                                                       "conf.d/50-x.toml": RUNTIME + "  device_ownership_from_security_context = true\n"},
+    "an import of another key keeps the main file's": {
+        "config.toml": GLOB + OFF, "conf.d/50-x.toml": RUNTIME + "  device_ownership_from_security_context = true\n"},
     "a nested import's spec folders": {"config.toml": GLOB, "conf.d/50-x.toml": 'imports = ["../vendor/cdi.toml"]\n',
                                        "vendor/cdi.toml": RUNTIME + '  cdi_spec_dirs = ["/opt/cdi"]\n'},
-    "an import puts /var/run/cdi back": {"config.toml": GLOB + RUNTIME + '  cdi_spec_dirs = ["/etc/cdi"]\n',
-                                        "conf.d/50-x.toml": RUNTIME + '  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]\n'},
+    "an import puts /var/run/cdi back": {
+        "config.toml": GLOB + RUNTIME + '  cdi_spec_dirs = ["/etc/cdi"]\n',
+        "conf.d/50-x.toml": RUNTIME + '  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]\n'},
     "a relative import from the main file's folder": {"config.toml": 'imports = ["site.toml"]\n' + OFF,
                                                       "site.toml": ON},
 }

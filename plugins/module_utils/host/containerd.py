@@ -290,8 +290,8 @@ def import_chain(config, version, path, read=_read):
         imported = parse(text, imported_path)
         chain.append({"path": imported_path, "imported_by": importer, "content": text, "config": imported})
         loaded.add(imported_path)
-        pending.extend((nested, imported_path) for nested in resolve_imports(imported_path, imported.get("imports"),
-                                                                              version))
+        nested = resolve_imports(imported_path, imported.get("imports"), version)
+        pending.extend((each, imported_path) for each in nested)
     return chain
 
 

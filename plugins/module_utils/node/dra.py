@@ -136,7 +136,8 @@ def _cdi_problem(version, merged, deciders):
             return ("%s turns CDI off (%s.enable_cdi = false), and containerd merges it over the main file; set "
                     "enable_cdi = true there, then restart containerd" % (where, section))
         return ("%s names the %s section, which containerd 1.x takes whole in place of the main file's, and does not "
-                "enable CDI in it (enable_cdi); set enable_cdi = true there, then restart containerd" % (where, section))
+                "enable CDI in it (enable_cdi); set enable_cdi = true there, then restart containerd"
+                % (where, section))
     dirs = lookup(merged, table + ("cdi_spec_dirs",))
     dirs = _DEFAULT_SPEC_DIRS if dirs is None else dirs
     if not isinstance(dirs, list) and not isinstance(dirs, tuple) or DRA_CDI_DIR not in dirs:

@@ -43,7 +43,7 @@ def read(capsys, main):
 
 def judged(capsys, main):
     """The role's refusals for the node whose containerd reads ``main``: [] when CDI is fine."""
-    _, result = read(capsys, main)
+    result = read(capsys, main)[1]
     checks = dict(READY, containerd_path=str(main), containerd_config=result.get("content"),
                   containerd_imports=result.get("imports", []),
                   containerd_error=None if "imports" in result else result.get("msg"))
@@ -123,7 +123,8 @@ def test_the_last_import_decides_in_name_order_and_nested_ones_count(capsys, etc
     assert judged(capsys, main) == []
     # an import's own import, named relative to the importing file's folder, is merged after it
     nested = etc("vendor/cdi.toml", "version = 3\n" + V3 + '  cdi_spec_dirs = ["/opt/cdi"]\n')
-    importer = etc("conf.d/10-on.toml", 'version = 3\nimports = ["../vendor/cdi.toml"]\n' + V3 + "  enable_cdi = true\n")
+    importer = etc("conf.d/10-on.toml",
+                   'version = 3\nimports = ["../vendor/cdi.toml"]\n' + V3 + "  enable_cdi = true\n")
     (line,) = judged(capsys, main)
     assert line.startswith("%s (imported by %s) sets cdi_spec_dirs to ['/opt/cdi']" % (nested, importer)), line
 

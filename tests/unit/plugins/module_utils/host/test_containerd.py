@@ -185,7 +185,8 @@ def test_an_import_that_cannot_be_read_is_named():
 
 def test_imports_are_followed_breadth_first_each_file_once_as_containerd_loads_them():
     files = {"/d/a.toml": 'imports = ["/d/c.toml", "/etc/c.toml"]\n[plugins.cri]\n  v = "a"\n',
-             "/d/b.toml": '[plugins.cri]\n  v = "b"\n', "/d/c.toml": 'imports = ["/d/a.toml"]\n[plugins.cri]\n  v = "c"\n'}
+             "/d/b.toml": '[plugins.cri]\n  v = "b"\n',
+             "/d/c.toml": 'imports = ["/d/a.toml"]\n[plugins.cri]\n  v = "c"\n'}
     config = {"imports": ["/d/a.toml", "/d/b.toml"]}
     chain = import_chain(config, 3, "/etc/c.toml", read=files.__getitem__)
     assert [(entry["path"], entry["imported_by"]) for entry in chain] == [
