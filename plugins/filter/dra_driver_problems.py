@@ -29,11 +29,21 @@ def scv_gpu_dra_driver_problems(checks):
         label,
     ]
     if checks.get("runtime") == "containerd":
-        problems.insert(2, dra.containerd_cdi_problem(checks.get("containerd_config"), checks.get("containerd_path"))
-                        if checks.get("containerd_config") is not None else
-                        "%s cannot be read; CDI in containerd cannot be checked (set dra_driver_containerd_config, "
-                        "or dra_driver_runtime: crio on CRI-O nodes)" % checks.get("containerd_path"))
+        problems.insert(2, _containerd_problem(checks))
     return ["node %s: %s" % (name, problem) for problem in problems if problem]
+
+
+def _containerd_problem(checks):
+    """Why CDI in containerd stops the node, from what scv.gpu.containerd_config_info read on the host."""
+    path, text, error = checks.get("containerd_path"), checks.get("containerd_config"), checks.get("containerd_error")
+    if text is None:
+        unread = (error if error and str(path) in error else
+                  "%s cannot be read%s" % (path, " (%s)" % error if error else ""))
+        return ("%s; CDI in containerd cannot be checked (set dra_driver_containerd_config, or dra_driver_runtime: "
+                "crio on CRI-O nodes)" % unread)
+    if error:
+        return "CDI cannot be checked: %s" % error
+    return dra.containerd_cdi_problem(text, path, checks.get("containerd_imports"))
 
 
 def scv_gpu_dra_node_stack(node):

@@ -61,6 +61,13 @@ class DraHost:
         # the playbook's tasks on "the host" (localhost) find the stand-ins first
         monkeypatch.setenv("PATH", "%s:%s" % (self.bin, os.environ["PATH"]))
 
+    def imports(self, files):
+        """Files beside config.toml for its imports: {path relative to its folder: text}."""
+        for name, text in files.items():
+            path = self.containerd.parent / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
     def toolkit(self, version):
         text = (STANDIN / "nvidia-ctk").read_text().replace("@VERSION@", version)
         (self.bin / "nvidia-ctk").write_text(text)

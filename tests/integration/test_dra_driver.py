@@ -146,6 +146,7 @@ def test_each_node_runs_one_stack_the_device_plugin_by_default(ansible, control_
     assert selected(plane, dra, nodes.values()) == {nodes["dra"]}
 
 
+IMPORT_CDI = 'version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = %s\n'
 REFUSALS = {
     "driver": ("a100_mig", {}, "the NVIDIA driver is 550.54.15 and NVIDIA's DRA driver needs 565 or newer"),
     "kubelet": (SCENARIO, {"kubelet": "v1.33.5"},
@@ -158,6 +159,12 @@ REFUSALS = {
                  "sets cdi_spec_dirs to ['/etc/cdi'], without /var/run/cdi where the DRA driver writes"),
     "cdi-stale": (SCENARIO, {"toolkit": "1.18.0"}, "nvidia.yaml is missing or stale (the driver, toolkit or MIG layout "
                                                    "changed since it was generated)"),
+    # containerd 2.x runs with its drop-ins merged over the main file: one of them turns CDI off
+    "cdi-import": (SCENARIO, {"containerd": 'version = 3\nimports = ["conf.d/*.toml"]\n',
+                              "imports": {"conf.d/10-site.toml": IMPORT_CDI % "true",
+                                          "conf.d/99-off.toml": IMPORT_CDI % "false"}},
+                   "{etc}/conf.d/99-off.toml (imported by {etc}/config.toml) turns CDI off "
+                   "(io.containerd.cri.v1.runtime.enable_cdi = false), and containerd merges it over the main file"),
     "stack": (SCENARIO, {"labels": {"scv.gpu/gpu-stack": "device-plugin"}, "gpus": 4},
               "it runs the device-plugin stack and gpu_stack asks for dra; switching needs its GPU pods drained: "
               "run playbooks/gpu_stack.yml for it"),
@@ -176,6 +183,7 @@ def test_a_node_that_cannot_run_dra_is_refused_by_name_and_nothing_changes(
              gpus=change.get("gpus"))
     if "containerd" in change:
         host.containerd.write_text(change["containerd"])
+    host.imports(change.get("imports", {}))
     if "toolkit" in change:
         host.toolkit(change["toolkit"])
     host.generate_spec(scenario) if "toolkit" not in change else None
@@ -184,12 +192,35 @@ def test_a_node_that_cannot_run_dra_is_refused_by_name_and_nothing_changes(
     done = run_role(ansible, tmp_path, scenario, host.settings(plane, node, namespace, gpu_stack="dra"))
     assert done.returncode != 0
     output = " ".join((done.stdout + done.stderr).split())
+    message = message.format(etc=host.containerd.parent)
     assert "node %s: " % node in output and message in output, output
     assert "Nothing was changed." in output
     after = node_object(plane, node)
     assert after["metadata"]["labels"] == before["metadata"]["labels"]
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert plane.kubectl("get", "namespace", namespace, check=False).returncode != 0
+
+
+def test_an_import_that_enables_cdi_lets_the_node_run_dra_in_check_mode_and_for_real(
+        ansible, control_plane, host, tmp_path):
+    """containerd 1.7 keeps CDI off unless enable_cdi says so: here only an import (its own import, found
+    through a glob) says so, and the main file alone would be refused."""
+    plane = control_plane
+    node, namespace = "dra-cdi-import-%s" % suffix(ansible), "dra-cdi-import-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE))
+    host.containerd.write_text('version = 2\nimports = ["conf.d/*.toml"]\n[plugins."io.containerd.grpc.v1.cri"]\n'
+                               '  sandbox_image = "registry.example.com/pause:3.10"\n')
+    host.imports({"conf.d/50-nvidia.toml": 'version = 2\nimports = ["../cdi/cdi.toml"]\n',
+                  "cdi/cdi.toml": 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
+                                  '  sandbox_image = "registry.example.com/pause:3.10"\n  enable_cdi = true\n'})
+    settings = host.settings(plane, node, namespace, gpu_stack="dra")
+
+    checked = run_role(ansible, tmp_path, SCENARIO, settings, "--check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "scv.gpu/gpu-stack" not in node_object(plane, node)["metadata"]["labels"]
+    done = run_role(ansible, tmp_path, SCENARIO, settings)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert node_object(plane, node)["metadata"]["labels"]["scv.gpu/gpu-stack"] == "dra"
 
 
 @pytest.fixture(scope="module")

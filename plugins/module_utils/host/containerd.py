@@ -37,10 +37,14 @@ class ContainerdConfigError(Exception):
     """The config cannot be edited safely; the message names the file and what to do."""
 
 
+class ContainerdImportError(ContainerdConfigError):
+    """A file the config imports cannot be read."""
+
+
 def parse(text, path):
     """The config as a dict; empty text is ``{}``."""
     if tomllib is None:
-        raise ContainerdConfigError("editing %s needs Python 3.11 or newer (tomllib) on the managed host" % path)
+        raise ContainerdConfigError("reading %s needs Python 3.11 or newer (tomllib) on the managed host" % path)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -267,30 +271,54 @@ def _read(path):
         return handle.read()
 
 
-def effective_configs(config, version, path, read=_read):
+def import_chain(config, version, path, read=_read):
+    """The files containerd merges over ``path``, in its order: [{path, imported_by, content, config}].
+
+    containerd reads the main file's imports in order, then theirs (breadth first), each file once.
+    """
+    chain, loaded = [], {os.path.normpath(path)}
+    pending = [(imported, path) for imported in resolve_imports(path, config.get("imports"), version)]
+    while pending:
+        imported_path, importer = pending.pop(0)
+        if imported_path in loaded:
+            continue
+        try:
+            text = read(imported_path)
+        except (OSError, UnicodeDecodeError) as error:
+            raise ContainerdImportError("%s imports %s, which cannot be read (%s); containerd would not start "
+                                        "either" % (importer, imported_path, error)) from error
+        imported = parse(text, imported_path)
+        chain.append({"path": imported_path, "imported_by": importer, "content": text, "config": imported})
+        loaded.add(imported_path)
+        nested = resolve_imports(imported_path, imported.get("imports"), version)
+        pending.extend((each, imported_path) for each in nested)
+    return chain
+
+
+def effective_configs(config, version, path, read=_read, chain=None):
     """{rule: (config as containerd runs it, {plugin: the import that last set it})}, imports merged in.
 
-    Imported files override the main file. containerd 1.6 replaces each plugin section an
-    import names as a whole; 1.7 and 2.x merge it key by key. A version 2 file may meet either,
-    so both are returned for it.
+    Imported files override the main file. containerd 1.x replaces each plugin section an
+    import names as a whole; 2.x merges it key by key. A version 2 file may meet either,
+    so both are returned for it. ``chain`` is :func:`import_chain`'s answer, when read already.
     """
+    if chain is None:
+        try:
+            chain = import_chain(config, version, path, read)
+        except ContainerdImportError as error:
+            raise ContainerdConfigError("%s; nothing was written" % error) from error
     rules = ("replace", "merge") if version == 2 else ("merge",)
     results = {}
     for rule in rules:
         merged, sources = copy.deepcopy(config), {}
-        for imported_path in resolve_imports(path, config.get("imports"), version):
-            try:
-                imported = parse(read(imported_path), imported_path)
-            except OSError as error:
-                raise ContainerdConfigError("%s imports %s, which cannot be read (%s); containerd would not start "
-                                            "either; nothing was written" % (path, imported_path, error)) from error
-            for plugin, section in (imported.get("plugins") or {}).items():
+        for entry in chain:
+            for plugin, section in (entry["config"].get("plugins") or {}).items():
                 plugins = merged.setdefault("plugins", {})
                 if rule == "replace" or not isinstance(plugins.get(plugin), dict) or not isinstance(section, dict):
                     plugins[plugin] = copy.deepcopy(section)
                 else:
                     plugins[plugin] = deep_merge(plugins[plugin], section)
-                sources[plugin] = imported_path
+                sources[plugin] = entry["path"]
         results[rule] = (merged, sources)
     return results
 

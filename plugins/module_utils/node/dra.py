@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import (
-    ContainerdConfigError, config_version, lookup, parse)
+    ContainerdConfigError, config_version, effective_configs, lookup, parse)
 
 STACK_LABEL = "scv.gpu/gpu-stack"
 STACKS = ("device-plugin", "dra")
@@ -79,23 +79,72 @@ def kubelet_problem(node, minimum):
     return None
 
 
-def containerd_cdi_problem(text, path):
-    """Why containerd, configured by ``text``, would not give containers the DRA driver's CDI devices."""
+def containerd_cdi_problem(text, path, imports=()):
+    """Why containerd would not give containers the DRA driver's CDI devices, or None.
+
+    ``text`` is the main file at ``path``; ``imports`` the files it imports, in the order containerd
+    merges them ([{path, imported_by, content}], as scv.gpu.containerd_config_info reads them on the
+    host). What counts is the configuration containerd runs with, the imports merged in.
+    """
     try:
         config = parse(text or "", path)
         version = config_version(config, path)
+        chain = [dict(entry, config=parse(entry.get("content") or "", entry["path"])) for entry in imports or ()]
     except ContainerdConfigError as error:
         return "CDI cannot be checked: %s" % error
+    files = [{"path": path, "config": config}] + chain
+    for rule, (merged, sources) in effective_configs(config, version, path, chain=chain).items():
+        problem = _cdi_problem(version, merged, _Deciders(files, rule, sources))
+        if problem:
+            return problem
+    return None
+
+
+class _Deciders:
+    """Which file decides a key of the CRI runtime table, under one rule of merging imports."""
+
+    def __init__(self, files, rule, sources):
+        self.files, self.rule, self.sources = files, rule, sources
+
+    def file(self, table, key):
+        """The file whose value of ``key`` containerd runs with; None when no file sets it (the default)."""
+        if self.rule == "replace":
+            # containerd 1.x: the last import that names the plugin section replaces it whole
+            owner = self.sources.get(table[1], self.files[0]["path"])
+            return next(entry for entry in reversed(self.files) if entry["path"] == owner)
+        return next((entry for entry in reversed(self.files) if lookup(entry["config"], table + (key,)) is not None),
+                    None)
+
+    def where(self, table, key):
+        """The deciding file for a message, with the file that imports it; the main file when none decides."""
+        entry = self.file(table, key)
+        if entry is None or entry is self.files[0]:
+            return self.files[0]["path"], None
+        return "%s (imported by %s)" % (entry["path"], entry["imported_by"]), entry
+
+
+def _cdi_problem(version, merged, deciders):
     table, enabled_by_default = _CRI_RUNTIME[version]
-    enabled = lookup(config, table + ("enable_cdi",))
-    advice = "run scv.gpu.container_toolkit with container_toolkit_cdi: true, then restart containerd"
+    section = ".".join(table[1:])
+    enabled = lookup(merged, table + ("enable_cdi",))
     if enabled is False or (enabled is None and not enabled_by_default):
-        return "%s does not enable CDI (%s.enable_cdi); %s" % (path, '.'.join(table[1:]), advice)
-    dirs = lookup(config, table + ("cdi_spec_dirs",))
+        where, imported = deciders.where(table, "enable_cdi")
+        if imported is None:
+            return ("%s does not enable CDI (%s.enable_cdi); run scv.gpu.container_toolkit with "
+                    "container_toolkit_cdi: true, then restart containerd" % (where, section))
+        if enabled is False:
+            return ("%s turns CDI off (%s.enable_cdi = false), and containerd merges it over the main file; set "
+                    "enable_cdi = true there, then restart containerd" % (where, section))
+        return ("%s names the %s section, which containerd 1.x takes whole in place of the main file's, and does not "
+                "enable CDI in it (enable_cdi); set enable_cdi = true there, then restart containerd"
+                % (where, section))
+    dirs = lookup(merged, table + ("cdi_spec_dirs",))
     dirs = _DEFAULT_SPEC_DIRS if dirs is None else dirs
     if not isinstance(dirs, list) and not isinstance(dirs, tuple) or DRA_CDI_DIR not in dirs:
+        where, imported = deciders.where(table, "cdi_spec_dirs")
         return ("%s sets cdi_spec_dirs to %s, without %s where the DRA driver writes its CDI specifications; "
-                "add it" % (path, list(dirs) if isinstance(dirs, (list, tuple)) else dirs, DRA_CDI_DIR))
+                "add it%s" % (where, list(dirs) if isinstance(dirs, (list, tuple)) else dirs, DRA_CDI_DIR,
+                              "" if imported is None else " there, then restart containerd"))
     return None
 
 

@@ -54,3 +54,19 @@ def test_the_filters_by_name():
     assert filters["dra_driver_problems"] is problems
     assert filters["dra_node_stack"]({"metadata": {"labels": {"scv.gpu/gpu-stack": "dra"}}}) == "dra"
     assert filters["dra_node_stack"]({"metadata": {}}) == "device-plugin"
+
+
+def test_containerd_is_judged_with_its_imports_and_what_could_not_be_read_is_said():
+    off = {"path": "/etc/containerd/conf.d/99-x.toml", "imported_by": "/etc/containerd/config.toml",
+           "content": 'version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = false\n'}
+    (found,) = problems(dict(GOOD, containerd_imports=[off]))
+    assert found.startswith("node gpu-7: /etc/containerd/conf.d/99-x.toml (imported by /etc/containerd/config.toml) "
+                            "turns CDI off"), found
+    unreadable = "/etc/containerd/config.toml imports /x.toml, which cannot be read (denied)"
+    assert problems(dict(GOOD, containerd_error=unreadable)) == ["node gpu-7: CDI cannot be checked: " + unreadable]
+    missing = "/etc/containerd/config.toml cannot be read (it does not exist)"
+    assert problems(dict(GOOD, containerd_config=None, containerd_error=missing)) == [
+        "node gpu-7: %s; CDI in containerd cannot be checked (set dra_driver_containerd_config, or "
+        "dra_driver_runtime: crio on CRI-O nodes)" % missing]
+    (found,) = problems(dict(GOOD, containerd_config=None, containerd_error="MODULE FAILURE"))
+    assert found.startswith("node gpu-7: /etc/containerd/config.toml cannot be read (MODULE FAILURE); "), found

@@ -16,6 +16,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import (
     config_version,
     desired_settings,
     effective_configs,
+    import_chain,
     lookup,
     resolve_imports,
     set_key,
@@ -174,8 +175,25 @@ def test_version_2_imports_are_read_both_as_containerd_1_6_replaces_and_as_1_7_m
 def test_an_import_that_cannot_be_read_is_named():
     def unreadable(path):
         raise OSError("permission denied")
-    with pytest.raises(ContainerdConfigError, match="c.toml imports /d/x.toml, which cannot be read"):
+    with pytest.raises(ContainerdConfigError, match="c.toml imports /d/x.toml, which cannot be read .permission "
+                                                    "denied.; containerd would not start either; nothing was written$"):
         effective_configs({"imports": ["/d/x.toml"]}, 3, "c.toml", read=unreadable)
+    with pytest.raises(ContainerdConfigError, match="/d/x.toml is not valid TOML: .*; fix it, the file was left "
+                                                    "untouched$"):
+        effective_configs({"imports": ["/d/x.toml"]}, 3, "c.toml", read=lambda path: "[")
+
+
+def test_imports_are_followed_breadth_first_each_file_once_as_containerd_loads_them():
+    files = {"/d/a.toml": 'imports = ["/d/c.toml", "/etc/c.toml"]\n[plugins.cri]\n  v = "a"\n',
+             "/d/b.toml": '[plugins.cri]\n  v = "b"\n',
+             "/d/c.toml": 'imports = ["/d/a.toml"]\n[plugins.cri]\n  v = "c"\n'}
+    config = {"imports": ["/d/a.toml", "/d/b.toml"]}
+    chain = import_chain(config, 3, "/etc/c.toml", read=files.__getitem__)
+    assert [(entry["path"], entry["imported_by"]) for entry in chain] == [
+        ("/d/a.toml", "/etc/c.toml"), ("/d/b.toml", "/etc/c.toml"), ("/d/c.toml", "/d/a.toml")]
+    merged, sources = effective_configs(config, 3, "/etc/c.toml", read=files.__getitem__)["merge"]
+    assert merged["plugins"]["cri"] == {"v": "c"} and sources == {"cri": "/d/c.toml"}
+    assert effective_configs(config, 3, "/etc/c.toml", chain=chain[:2])["merge"][0]["plugins"]["cri"] == {"v": "b"}
 
 
 def test_imports_that_hold_the_runtime_mean_no_edit_and_imports_that_override_it_are_named():
