@@ -19,10 +19,11 @@ description:
     in as containerd merges them.
   - Fails, naming the file, when the main file or an import cannot be read or is not valid TOML, or when the
     config version is not 2 or 3; RV(content) still holds the main file when it was read.
+  - On a host older than Python 3.11 (no C(tomllib)) only the top-level C(version) and C(imports) are read,
+    which must then be a plain integer and an array of strings; the texts are returned whole for the
+    controller to parse, and their TOML is checked there.
 author:
   - scv.gpu contributors (!UNKNOWN)
-requirements:
-  - Python 3.11 or newer on the managed host (tomllib)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
@@ -97,7 +98,19 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import (
     import_chain,
     parse,
 )
+from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import tomllib
 from ansible_collections.scv.gpu.plugins.module_utils.host.files import read_text
+from ansible_collections.scv.gpu.plugins.module_utils.host.toml_keys import TomlKeysError, top_level_keys
+
+
+def read_keys(text, path):
+    """The config's ``version`` and ``imports``, without tomllib (Python < 3.11 on the host); whoever reads
+    the texts returned parses them whole."""
+    try:
+        return top_level_keys(text)
+    except TomlKeysError as error:
+        raise ContainerdConfigError("%s: %s; without Python 3.11 or newer on the host only plain integers and "
+                                    "arrays of strings are read there" % (path, error)) from error
 
 
 def main():
@@ -113,9 +126,10 @@ def main():
     if content is None:
         module.fail_json(msg="%s cannot be read (it does not exist)" % path, path=path, content=None)
     try:
-        config = parse(content, path)
+        parser = parse if tomllib is not None else read_keys
+        config = parser(content, path)
         version = config_version(config, path)
-        chain = import_chain(config, version, path)
+        chain = import_chain(config, version, path, parser=parser)
     except ContainerdConfigError as error:
         module.fail_json(msg=str(error), path=path, content=content)
     module.exit_json(changed=False, path=path, content=content, version=version,

@@ -130,13 +130,16 @@ def to_dra(gpu_node, access, ansible):
     # a ReplicaSet's pod (a drain refuses bare pods); no ReplicaSet controller runs to replace it
     job["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "cuda-job",
                                            "controller": True, "uid": "2f1f0c9e-6a43-4d0e-9a51-7b3c1d2e4f60"}]
-    create(access, job)
-    wait_until(lambda: _phase(access, "cuda-job") == "Running", 90, "pod cuda-job Running (%s)" % kubelet.log, 0.5)
+    create(access, job, cpu_pod("cpu-job"))
+    for name in ("cuda-job", "cpu-job"):
+        wait_until(lambda name=name: _phase(access, name) == "Running", 90, "pod %s Running (%s)" % (name, kubelet.log),
+                   0.5)
     held = list(follower.device_plugin.allocated)
+    cpu_uid = _pod(access, "cpu-job")["metadata"]["uid"]
     moved = switch(ansible, access, host, "dra")
     gone = _pod(access, "cuda-job") is None
     again = switch(ansible, access, host, "dra")
-    return moved, held, gone, again
+    return moved, held, gone, again, cpu_uid
 
 
 @pytest.fixture
@@ -158,6 +161,15 @@ def device_plugin_pod(name):
     return pod
 
 
+def cpu_pod(name):
+    """A ReplicaSet's pod that holds no GPU: a GPU stack switch leaves it running."""
+    pod = device_plugin_pod(name)
+    pod["spec"]["containers"][0].pop("resources")
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name,
+                                           "controller": True, "uid": "7c0d3e55-1b2a-4f6e-8d9c-0a1b2c3d4e5f"}]
+    return pod
+
+
 def node_state(node):
     """(stack label, unschedulable, our cordon mark) of a Node object."""
     return ((node["metadata"].get("labels") or {}).get("scv.gpu/gpu-stack"), bool(node["spec"].get("unschedulable")),
@@ -174,12 +186,14 @@ def published_slices(plane):
 def test_the_playbook_moves_a_device_plugin_node_to_dra_which_publishes_what_nvidias_plugin_does(
         access, gpu_node, to_dra):
     kubelet, follower, _host = gpu_node
-    moved, held, gone, again = to_dra
+    moved, held, gone, again, cpu_uid = to_dra
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert "Wait until a ResourceSlice of gpu.nvidia.com is published for node %s" % NODE in moved.stdout
-    # The job held a GPU through the device plugin, and the drain ended it before the switch.
+    # The job held a GPU through the device plugin, and the drain ended it before the switch; the pod that holds
+    # no GPU ran on, the same pod.
     assert held and held[0][0] in scenario_uuids(SCENARIO), held
     assert gone
+    assert (_phase(access, "cpu-job"), _pod(access, "cpu-job")["metadata"]["uid"]) == ("Running", cpu_uid)
     # The DaemonSet controller put the DRA plugin's pod on the node once it was cordoned with our mark and
     # labelled; it is uncordoned now.
     assert [(stack, node_state(node)) for stack, node in follower.seen] == [
@@ -188,7 +202,7 @@ def test_the_playbook_moves_a_device_plugin_node_to_dra_which_publishes_what_nvi
     # The device plugin's pod left the node, once it was cordoned, labelled and drained; the kubelet stopped
     # offering nvidia.com/gpu.
     assert [(stack, node_state(node), pods) for stack, node, pods in follower.stopped] == [
-        ("device-plugin", ("dra", True, "scv.gpu.gpu_stack"), [])]
+        ("device-plugin", ("dra", True, "scv.gpu.gpu_stack"), ["cpu-job"])]
     assert DEVICE_PLUGIN_DAEMONSET not in follower.placed() and follower.device_plugin is None
     wait_until(lambda: kubelet.allocatable("nvidia.com/gpu") == "0", 60, "allocatable nvidia.com/gpu 0", 0.5)
     # What the node publishes is what NVIDIA's plugin published for these GPUs.
@@ -346,8 +360,19 @@ def test_a_claim_no_gpu_satisfies_stays_pending_with_the_schedulers_reason(acces
 
 def test_the_playbook_moves_the_node_back_to_the_device_plugin(access, ansible, gpu_node, dra_node):
     kubelet, follower, host = gpu_node
+    # a ReplicaSet's pod holding a GPU through its claim (a drain refuses bare pods)
+    trainer = pod_with_claim("trainer-rs", template="h100-back")
+    trainer["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-rs",
+                                               "controller": True, "uid": "0d9b8a7c-6e5f-4a3b-9c2d-1e0f9a8b7c6d"}]
+    create(access, claim_for("h100-back", H100_40GIB, "ResourceClaimTemplate"), trainer)
+    wait_until(lambda: _phase(access, "trainer-rs") == "Running", 120, "pod trainer-rs Running (%s)" % kubelet.log,
+               0.5)
+    (claim_uid,) = dra_node[1].prepared
     back = switch(ansible, access, host, "device-plugin")
     assert back.returncode == 0, back.stdout + back.stderr
+    # the drain ended the pod that held its GPU through DRA, and the kubelet had its claim unprepared
+    assert _pod(access, "trainer-rs") is None
+    assert ("unprepare", claim_uid) in dra_node[1].calls
     assert "Wait until the device plugin offers nvidia.com/gpu on node %s" % NODE in back.stdout
     assert [(stack, node_state(node)) for stack, node in follower.seen[-1:]] == [
         ("device-plugin", ("device-plugin", True, "scv.gpu.gpu_stack"))]
@@ -355,7 +380,7 @@ def test_the_playbook_moves_the_node_back_to_the_device_plugin(access, ansible, 
     # The DRA plugin's pod left the node (cordoned, labelled, drained) and took its slices; the device plugin
     # offers the GPUs again.
     assert [(stack, node_state(node), pods) for stack, node, pods in follower.stopped[-1:]] == [
-        ("dra", ("device-plugin", True, "scv.gpu.gpu_stack"), [])]
+        ("dra", ("device-plugin", True, "scv.gpu.gpu_stack"), ["cpu-job"])]
     assert DRA_DAEMONSET not in follower.placed() and follower.dra is None
     assert published_slices(access) == {}
     assert kubelet.allocatable("nvidia.com/gpu") == str(GPUS)

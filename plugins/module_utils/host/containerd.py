@@ -271,11 +271,13 @@ def _read(path):
         return handle.read()
 
 
-def import_chain(config, version, path, read=_read):
+def import_chain(config, version, path, read=_read, parser=None):
     """The files containerd merges over ``path``, in its order: [{path, imported_by, content, config}].
 
     containerd reads the main file's imports in order, then theirs (breadth first), each file once.
+    ``parser(text, path)`` reads each file (default :func:`parse`).
     """
+    parser = parser or parse
     chain, loaded = [], {os.path.normpath(path)}
     pending = [(imported, path) for imported in resolve_imports(path, config.get("imports"), version)]
     while pending:
@@ -287,7 +289,7 @@ def import_chain(config, version, path, read=_read):
         except (OSError, UnicodeDecodeError) as error:
             raise ContainerdImportError("%s imports %s, which cannot be read (%s); containerd would not start "
                                         "either" % (importer, imported_path, error)) from error
-        imported = parse(text, imported_path)
+        imported = parser(text, imported_path)
         chain.append({"path": imported_path, "imported_by": importer, "content": text, "config": imported})
         loaded.add(imported_path)
         nested = resolve_imports(imported_path, imported.get("imports"), version)

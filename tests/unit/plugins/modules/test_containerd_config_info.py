@@ -23,6 +23,15 @@ READY = {"node_name": "gpu-7", "stack": "dra", "check_label": False, "prerequisi
          "cdi_refresh": {"rc": 0, "stdout": "unchanged"}, "cdi_spec": "/etc/cdi/nvidia.yaml"}
 
 
+@pytest.fixture(autouse=True, params=["python-3.11", "python-3.10"])
+def host_python(request, monkeypatch):
+    """Each case on a host with tomllib, and on one without it (Ubuntu 22.04's Python 3.10), where the module
+    reads only the top-level version and imports and the filter parses the texts whole."""
+    if request.param == "python-3.10":
+        monkeypatch.setattr(containerd_config_info, "tomllib", None)
+    return request.param
+
+
 @pytest.fixture
 def etc(tmp_path):
     """A host's /etc/containerd: write(name, text) puts a file there (folders made as needed)."""
