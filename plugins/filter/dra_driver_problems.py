@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import base64
+
 from ansible_collections.scv.gpu.plugins.module_utils.node import dra
 
 
@@ -30,6 +32,8 @@ def scv_gpu_dra_driver_problems(checks):
     ]
     if checks.get("runtime") == "containerd":
         problems.insert(2, _containerd_problem(checks))
+    elif checks.get("runtime") == "crio":
+        problems.insert(2, dra.crio_cdi_problem(_slurped(checks.get("crio_reads"))))
     return ["node %s: %s" % (name, problem) for problem in problems if problem]
 
 
@@ -44,6 +48,22 @@ def _containerd_problem(checks):
     if error:
         return "CDI cannot be checked: %s" % error
     return dra.containerd_cdi_problem(text, path, checks.get("containerd_imports"))
+
+
+def _slurped(reads):
+    """[{path, content, error}] from ansible.builtin.slurp's results of a loop over the files (``item``)."""
+    files = []
+    for read in reads or ():
+        if read.get("failed") or "content" not in read:
+            files.append({"path": read.get("item"), "content": None, "error": read.get("msg") or "not read"})
+            continue
+        try:
+            content = base64.b64decode(read["content"]).decode("utf-8")
+        except (ValueError, UnicodeDecodeError) as error:
+            files.append({"path": read.get("item"), "content": None, "error": "not UTF-8 text (%s)" % error})
+            continue
+        files.append({"path": read.get("item"), "content": content, "error": None})
+    return files
 
 
 def scv_gpu_dra_node_stack(node):

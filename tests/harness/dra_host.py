@@ -56,10 +56,18 @@ class DraHost:
         self.containerd = self.root / "etc" / "containerd" / "config.toml"
         self.containerd.parent.mkdir(parents=True)
         self.containerd.write_text(CONTAINERD_CDI)
+        self.crio = self.root / "etc" / "crio"
         self.sysfs = self.root / "sys"
         self.sysfs.mkdir()
         # the playbook's tasks on "the host" (localhost) find the stand-ins first
         monkeypatch.setenv("PATH", "%s:%s" % (self.bin, os.environ["PATH"]))
+
+    def crio_files(self, files):
+        """CRI-O's configuration files: {path relative to /etc/crio: text} (crio.conf, crio.conf.d/...)."""
+        for name, text in files.items():
+            path = self.crio / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
 
     def imports(self, files):
         """Files beside config.toml for its imports: {path relative to its folder: text}."""
@@ -85,6 +93,8 @@ class DraHost:
         values = {"dra_driver_kubeconfig": str(plane.admin_kubeconfig), "dra_driver_node_name": node,
                   "dra_driver_namespace": namespace, "dra_driver_image": IMAGE,
                   "dra_driver_containerd_config": str(self.containerd), "dra_driver_cdi_spec": str(self.spec),
+                  "dra_driver_crio_config": str(self.crio / "crio.conf"),
+                  "dra_driver_crio_config_dir": str(self.crio / "crio.conf.d"),
                   "dra_driver_cdi_state": str(self.state), "dra_driver_cdi_refresh": str(self.refresh),
                   "dra_driver_sysfs": str(self.sysfs)}
         values.update(more)

@@ -165,6 +165,15 @@ REFUSALS = {
                                           "conf.d/99-off.toml": IMPORT_CDI % "false"}},
                    "{etc}/conf.d/99-off.toml (imported by {etc}/config.toml) turns CDI off "
                    "(io.containerd.cri.v1.runtime.enable_cdi = false), and containerd merges it over the main file"),
+    # CRI-O reads its drop-ins after crio.conf, in name order: the last that sets cdi_spec_dirs leaves /var/run/cdi out
+    "crio-dirs": (SCENARIO, {"crio": {"crio.conf": '[crio.runtime]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]\n',
+                                      "crio.conf.d/10-site.conf": '[crio.runtime]\n'
+                                                                  'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]\n',
+                                      "crio.conf.d/50-cdi.conf": '[crio.runtime]\ncdi_spec_dirs = ["/etc/cdi"]\n',
+                                      "crio.conf.d/99-nvidia.toml": '[crio.runtime.runtimes.nvidia]\n'
+                                                                    'runtime_path = "/usr/bin/nvidia-container-runtime"\n'}},
+                  "{crio}/crio.conf.d/50-cdi.conf sets cdi_spec_dirs ([crio.runtime]) to ['/etc/cdi'], without "
+                  "/var/run/cdi where the DRA driver writes its CDI specifications, and no later drop-in sets it"),
     "stack": (SCENARIO, {"labels": {"scv.gpu/gpu-stack": "device-plugin"}, "gpus": 4},
               "it runs the device-plugin stack and gpu_stack asks for dra; switching needs its GPU pods drained: "
               "run playbooks/gpu_stack.yml for it"),
@@ -184,15 +193,18 @@ def test_a_node_that_cannot_run_dra_is_refused_by_name_and_nothing_changes(
     if "containerd" in change:
         host.containerd.write_text(change["containerd"])
     host.imports(change.get("imports", {}))
+    host.crio_files(change.get("crio", {}))
     if "toolkit" in change:
         host.toolkit(change["toolkit"])
     host.generate_spec(scenario) if "toolkit" not in change else None
     before = node_object(plane, node)
 
-    done = run_role(ansible, tmp_path, scenario, host.settings(plane, node, namespace, gpu_stack="dra"))
+    runtime = "crio" if "crio" in change else "containerd"
+    done = run_role(ansible, tmp_path, scenario, host.settings(plane, node, namespace, gpu_stack="dra",
+                                                               dra_driver_runtime=runtime))
     assert done.returncode != 0
     output = " ".join((done.stdout + done.stderr).split())
-    message = message.format(etc=host.containerd.parent)
+    message = message.format(etc=host.containerd.parent, crio=host.crio)
     assert "node %s: " % node in output and message in output, output
     assert "Nothing was changed." in output
     after = node_object(plane, node)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import (
-    ContainerdConfigError, config_version, effective_configs, lookup, parse)
+    ContainerdConfigError, config_version, effective_configs, lookup, parse, tomllib)
 
 STACK_LABEL = "scv.gpu/gpu-stack"
 STACKS = ("device-plugin", "dra")
@@ -174,3 +174,42 @@ def label_problem(node, wanted):
     return ("it runs the %s stack%s and gpu_stack asks for %s; switching needs its GPU pods drained: "
             "run playbooks/gpu_stack.yml for it" % (current, "" if has_label else " (no %s label)" % STACK_LABEL,
                                                     wanted))
+
+
+# CRI-O: its configuration file, then every file of its drop-in folder in name order, each setting
+# the keys it names; the CDI folders it reads are crio.runtime's cdi_spec_dirs.
+_CRIO_SPEC_DIRS = ("crio", "runtime", "cdi_spec_dirs")
+
+
+def crio_cdi_problem(files):
+    """Why CRI-O would not give containers the DRA driver's CDI devices, or None.
+
+    ``files``: [{path, content, error}] in the order CRI-O reads them (its main file first, then its drop-ins in
+    name order); a file that does not exist is left out, one that cannot be read has ``error`` set. CRI-O
+    reads CDI specifications whatever its configuration; what may leave the DRA driver's out is
+    ``cdi_spec_dirs`` in ``[crio.runtime]``, which the last file that sets it decides.
+    """
+    decided = None
+    for entry in files or ():
+        if entry.get("error") or entry.get("content") is None:
+            return ("CDI in CRI-O cannot be checked: %s cannot be read (%s); CRI-O would not start with it either"
+                    % (entry["path"], entry.get("error") or "no content"))
+        if tomllib is None:
+            return "CDI in CRI-O cannot be checked: reading %s needs Python 3.11 or newer" % entry["path"]
+        try:
+            config = tomllib.loads(entry["content"])
+        except tomllib.TOMLDecodeError as error:
+            return ("CDI in CRI-O cannot be checked: %s is not valid TOML (%s); CRI-O would not start with it either"
+                    % (entry["path"], error))
+        dirs = lookup(config, _CRIO_SPEC_DIRS)
+        if dirs is not None:
+            decided = (entry["path"], dirs)
+    if decided is None:
+        return None          # CRI-O's own default: /etc/cdi and /var/run/cdi
+    path, dirs = decided
+    if isinstance(dirs, (list, tuple)) and DRA_CDI_DIR in dirs:
+        return None
+    shown = list(dirs) if isinstance(dirs, (list, tuple)) else dirs
+    return ("%s sets cdi_spec_dirs ([crio.runtime]) to %s, without %s where the DRA driver writes its CDI "
+            "specifications, and no later drop-in sets it; add %s there, then restart crio"
+            % (path, shown, DRA_CDI_DIR, DRA_CDI_DIR))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import FilterModule
 from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import scv_gpu_dra_driver_problems as problems
 
@@ -70,3 +72,43 @@ def test_containerd_is_judged_with_its_imports_and_what_could_not_be_read_is_sai
         "dra_driver_runtime: crio on CRI-O nodes)" % missing]
     (found,) = problems(dict(GOOD, containerd_config=None, containerd_error="MODULE FAILURE"))
     assert found.startswith("node gpu-7: /etc/containerd/config.toml cannot be read (MODULE FAILURE); "), found
+
+
+def _read(path, text=None, error=None):
+    """One result of the role's ansible.builtin.slurp loop over CRI-O's files."""
+    if error:
+        return {"item": path, "failed": True, "msg": error}
+    return {"item": path, "content": base64.b64encode(text.encode()).decode(), "failed": False}
+
+
+MAIN, DROPINS = "/etc/crio/crio.conf", "/etc/crio/crio.conf.d"
+NARROW = '[crio.runtime]\ncdi_spec_dirs = ["/etc/cdi"]\n'
+WIDE = '[crio.runtime]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/opt/cdi"]\n'
+
+
+def test_crio_is_judged_on_its_main_file_and_drop_ins_the_last_that_sets_cdi_spec_dirs_deciding():
+    def judged(*reads):
+        found = problems(dict(GOOD, runtime="crio", containerd_config=None, crio_reads=list(reads)))
+        return [line[len("node gpu-7: "):] for line in found]
+
+    assert judged() == []                                            # no file: CRI-O's defaults read /var/run/cdi
+    assert judged(_read(MAIN, '[crio.runtime]\ndefault_runtime = "crun"\n'),
+                  _read(DROPINS + "/99-nvidia.toml", '[crio.runtime.runtimes.nvidia]\nruntime_path = "/x"\n')) == []
+    assert judged(_read(MAIN, NARROW)) == [
+        "%s sets cdi_spec_dirs ([crio.runtime]) to ['/etc/cdi'], without /var/run/cdi where the DRA driver writes its "
+        "CDI specifications, and no later drop-in sets it; add /var/run/cdi there, then restart crio" % MAIN]
+    # a later drop-in decides, either way; one about other keys does not
+    assert judged(_read(MAIN, NARROW), _read(DROPINS + "/50-cdi.conf", WIDE)) == []
+    (found,) = judged(_read(MAIN, WIDE), _read(DROPINS + "/50-cdi.conf", NARROW),
+                      _read(DROPINS + "/99-nvidia.toml", '[crio.runtime]\ndefault_runtime = "nvidia"\n'))
+    assert found.startswith(DROPINS + "/50-cdi.conf sets cdi_spec_dirs ([crio.runtime]) to ['/etc/cdi']"), found
+    # what cannot be read, or is not TOML, stops the check and is named
+    (found,) = judged(_read(MAIN, WIDE), _read(DROPINS + "/10-x.conf", error="Permission denied"))
+    assert found == ("CDI in CRI-O cannot be checked: %s/10-x.conf cannot be read (Permission denied); CRI-O would "
+                     "not start with it either" % DROPINS)
+    (found,) = judged(_read(DROPINS + "/10-x.conf", "[crio.runtime\n"))
+    assert found.startswith("CDI in CRI-O cannot be checked: %s/10-x.conf is not valid TOML (" % DROPINS), found
+    (found,) = judged({"item": MAIN, "content": base64.b64encode(b"\xff\xfe").decode()})
+    assert found.startswith("CDI in CRI-O cannot be checked: %s cannot be read (not UTF-8 text" % MAIN), found
+    (found,) = judged(_read(MAIN, '[crio.runtime]\ncdi_spec_dirs = "/var/run/cdi"\n'))
+    assert "sets cdi_spec_dirs ([crio.runtime]) to /var/run/cdi, without /var/run/cdi" in found, found
