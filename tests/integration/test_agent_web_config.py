@@ -67,7 +67,10 @@ def test_prometheus_scrapes_over_tls_with_a_client_certificate_and_the_refused_s
         assert targets["allowed"] == ("up", "")
         assert targets["wrong-password"][0] == "down" and "401" in targets["wrong-password"][1]
         assert targets["no-client-certificate"][0] == "down"
-        assert "certificate" in targets["no-client-certificate"][1]
+        # TLS 1.3: the agent's alert for the missing certificate reaches Prometheus as such, or, on a loaded
+        # machine where Prometheus has already sent its request, as the connection reset
+        refusal = targets["no-client-certificate"][1]
+        assert "certificate" in refusal or "connection reset by peer" in refusal, refusal
         assert targets["plain-http"][0] == "down" and "400" in targets["plain-http"][1]
         assert stored(prometheus, "allowed")
         for refused in ("wrong-password", "no-client-certificate", "plain-http"):
