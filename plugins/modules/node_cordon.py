@@ -106,10 +106,9 @@ msg:
   sample: "node gpu-7 stays cordoned: its cordon is kubectl's, not ours"
 """
 
-from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeClient
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
-from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
+from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module, check_node_name
 from ansible_collections.scv.gpu.plugins.module_utils.node.cordon import ANNOTATION, cordon, cordoned_by, uncordon
 
 
@@ -133,9 +132,7 @@ def main():
         owner=dict(type="str", default="scv.gpu"),
     ))
     params = module.params
-    name_problem = node_name_problem(params["name"])
-    if name_problem:
-        module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
+    check_node_name(module)
     if not params["owner"] or len(params["owner"]) > 253:
         module.fail_json(msg="owner: expected a non-empty name of up to 253 characters, got %r" % params["owner"])
     try:

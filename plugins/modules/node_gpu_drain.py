@@ -128,9 +128,8 @@ kept:
   sample: [kube-system/node-exporter-8x2kq, web/frontend-5f6d-abcde]
 """
 
-from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
-from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
+from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module, check_node_name
 from ansible_collections.scv.gpu.plugins.module_utils.kube.pods import PodClient
 from ansible_collections.scv.gpu.plugins.module_utils.node.gpu_drain import DrainFailed, Plan, dry_run, evict_all
 from ansible_collections.scv.gpu.plugins.module_utils.node.gpu_pods import DEFAULT_DRIVERS, DEFAULT_RESOURCES
@@ -146,9 +145,7 @@ def main():
         timeout=dict(type="int", default=600),
     ))
     params = module.params
-    name_problem = node_name_problem(params["name"])
-    if name_problem:
-        module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
+    check_node_name(module)
     if params["timeout"] < 1:
         module.fail_json(msg="timeout: expected seconds >= 1, got %s; nothing was evicted" % params["timeout"])
     if not all(params["resources"]) or not all(params["drivers"]):

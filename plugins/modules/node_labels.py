@@ -138,10 +138,9 @@ left_out:
     is 67 characters long, over the 63 a label value may have"}
 """
 
-from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.client import NodeClient
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
-from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
+from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module, check_node_name
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
     MIG_STRATEGIES,
     config_sharing,
@@ -194,9 +193,7 @@ def main():
         plugin_config=dict(type="str"),
     ))
     params = module.params
-    name_problem = node_name_problem(params["name"])
-    if name_problem:
-        module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
+    check_node_name(module)
     if not valid_label_key(params["gpu_label_key"]):
         module.fail_json(msg="gpu_label_key %r is not a valid Kubernetes label key (an optional DNS prefix and "
                              "'/', then up to 63 letters, digits, '-', '_' or '.')" % params["gpu_label_key"])

@@ -160,10 +160,9 @@ status_updated:
   sample: true
 """
 
-from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.client import ResourceClient
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
-from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module
+from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module, check_node_name
 from ansible_collections.scv.gpu.plugins.module_utils.scv.publisher import publish, remove
 from ansible_collections.scv.gpu.plugins.module_utils.scv.resource import DEFAULT_UPDATE_INTERVAL_MS, SCV
 from ansible_collections.scv.gpu.plugins.module_utils.scv.status import facts_problems
@@ -178,9 +177,7 @@ def main():
         state=dict(type="str", choices=["present", "absent"], default="present"),
     ), required_if=[("state", "present", ("gpu_facts",))])
     params = module.params
-    name_problem = node_name_problem(params["name"])
-    if name_problem:
-        module.fail_json(msg="name: %s; nothing was sent to the API server" % name_problem)
+    check_node_name(module)
     if params["update_interval"] < 1:
         module.fail_json(msg="update_interval: expected milliseconds >= 1, got %d" % params["update_interval"])
     if params["state"] == "present":

@@ -18,6 +18,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
+from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
 from ansible_collections.scv.gpu.plugins.module_utils.kube.client import (
     DEFAULT_REQUEST_TIMEOUT,
     HAS_KUBERNETES,
@@ -38,3 +39,10 @@ def api_module(options, **module_arguments):
     if module.params["request_timeout"] <= 0:
         module.fail_json(msg="request_timeout: expected seconds > 0, got %s" % module.params["request_timeout"])
     return module
+
+
+def check_node_name(module):
+    """Fails ``module`` before any request when its ``name`` option is not a valid Node name."""
+    problem = node_name_problem(module.params["name"])
+    if problem:
+        module.fail_json(msg="name: %s; nothing was sent to the API server" % problem)
