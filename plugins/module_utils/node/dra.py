@@ -194,8 +194,6 @@ def crio_cdi_problem(files):
         if entry.get("error") or entry.get("content") is None:
             return ("CDI in CRI-O cannot be checked: %s cannot be read (%s); CRI-O would not start with it either"
                     % (entry["path"], entry.get("error") or "no content"))
-        if tomllib is None:
-            return "CDI in CRI-O cannot be checked: reading %s needs Python 3.11 or newer" % entry["path"]
         try:
             config = tomllib.loads(entry["content"])
         except tomllib.TOMLDecodeError as error:
