@@ -48,10 +48,14 @@ def top_level_keys(text):
         if key == "version":
             found["version"] = _version(rest.strip())
             continue
-        while index < len(lines) and not _closed(rest):
+        values, closed = _scan(rest)
+        while not closed and index < len(lines):     # the array goes on over the next lines
             rest += "\n" + lines[index]
             index += 1
-        found["imports"] = _strings(rest)
+            values, closed = _scan(rest)
+        if not closed:
+            raise TomlKeysError("imports = %s is not an array of strings" % rest.strip())
+        found["imports"] = values
     return found
 
 
@@ -66,18 +70,6 @@ def _version(text):
         if string and _COMMENT.match(text[string.end():]):
             return string.group(1)
     raise TomlKeysError("version = %s is not an integer" % text)
-
-
-def _closed(text):
-    """Whether the array that ``text`` opens has ended (brackets inside strings do not count)."""
-    return _scan(text)[1]
-
-
-def _strings(text):
-    values, closed = _scan(text)
-    if not closed:
-        raise TomlKeysError("imports = %s is not an array of strings" % text.strip())
-    return values
 
 
 def _basic(body):
