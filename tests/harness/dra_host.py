@@ -41,7 +41,7 @@ def suffix(ansible):
 class DraHost:
     """Files of one simulated host under ``tmp_path``; ``settings()`` gives the role's variables for it."""
 
-    def __init__(self, tmp_path, monkeypatch):
+    def __init__(self, tmp_path, monkeypatch=None):
         self.root = tmp_path / "host"
         self.bin = self.root / "bin"
         self.bin.mkdir(parents=True)
@@ -59,8 +59,10 @@ class DraHost:
         self.crio = self.root / "etc" / "crio"
         self.sysfs = self.root / "sys"
         self.sysfs.mkdir()
-        # the playbook's tasks on "the host" (localhost) find the stand-ins first
-        monkeypatch.setenv("PATH", "%s:%s" % (self.bin, os.environ["PATH"]))
+        # the playbook's tasks on "the host" (localhost) find the stand-ins first; several hosts in one
+        # run are given them through environment() instead
+        if monkeypatch is not None:
+            monkeypatch.setenv("PATH", "%s:%s" % (self.bin, os.environ["PATH"]))
 
     def crio_files(self, files):
         """CRI-O's configuration files: {path relative to /etc/crio: text} (crio.conf, crio.conf.d/...)."""
@@ -88,6 +90,10 @@ class DraHost:
         done = subprocess.run([str(self.refresh), "--output", str(self.spec), "--state", str(self.state)],
                               env=env, capture_output=True, text=True, check=False)
         assert done.returncode == 0 and done.stdout.strip() in ("generated", "unchanged"), done.stdout + done.stderr
+
+    def environment(self, scenario):
+        """What this host's tasks run with when several hosts share one run: its stand-ins and its GPUs."""
+        return {"PATH": "%s:%s" % (self.bin, os.environ["PATH"]), "NVMLSIM_CONFIG": str(scenario_path(scenario))}
 
     def settings(self, plane, node, namespace, **more):
         values = {"dra_driver_kubeconfig": str(plane.admin_kubeconfig), "dra_driver_node_name": node,
@@ -137,3 +143,16 @@ def run_role(ansible, tmp_path, scenario, settings, *extra):
     play = tmp_path / "dra-driver.yml"
     play.write_text(PLAY)
     return ansible.playbook(play, scenario, "-e", json.dumps(settings), *extra)
+
+
+def run_role_on_hosts(ansible, tmp_path, hosts):
+    """The role in one run over several simulated hosts: {inventory name: (settings, environment)}, each
+    host reached locally with its own variables and environment (its GPUs, its stand-ins)."""
+    inventory = {"all": {"children": {"dra_hosts": {"hosts": {
+        name: dict(settings, ansible_connection="local", dra_host_environment=environment)
+        for name, (settings, environment) in hosts.items()}}}}}
+    (tmp_path / "hosts.json").write_text(json.dumps(inventory))
+    play = tmp_path / "dra-driver-hosts.yml"
+    play.write_text(PLAY.replace("hosts: localhost", "hosts: dra_hosts").replace(
+        "gather_facts: false", "gather_facts: false\n  environment: \"{{ dra_host_environment }}\""))
+    return ansible.playbook(play, None, "-i", str(tmp_path / "hosts.json"), "--forks", str(len(hosts)))

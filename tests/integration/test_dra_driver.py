@@ -15,7 +15,7 @@ import pytest
 
 from harness.ansible import recap
 from harness.control_plane import ControlPlane, read_object
-from harness.dra_host import DraHost, node_object, put_node, run_role, suffix
+from harness.dra_host import DraHost, node_object, put_node, run_role, run_role_on_hosts, suffix
 
 GPU_NODE = {"nvidia.com/gpu.present": "true", "gpu/nvidia": "NVIDIA-GB200"}
 SCENARIO = "gb200_nvl_x4"           # driver 580.95.05
@@ -181,36 +181,54 @@ REFUSALS = {
 }
 
 
-@pytest.mark.parametrize("refusal", sorted(REFUSALS))
-def test_a_node_that_cannot_run_dra_is_refused_by_name_and_nothing_changes(
-        ansible, control_plane, host, tmp_path, refusal):
-    plane = control_plane
-    scenario, change, message = REFUSALS[refusal]
-    node = "dra-refuse-%s-%s" % (refusal, suffix(ansible))
-    namespace = "dra-refuse-%s-%s" % (refusal, suffix(ansible))
-    put_node(plane, node, dict(GPU_NODE, **change.get("labels", {})), kubelet=change.get("kubelet", "v1.37.1"),
-             gpus=change.get("gpus"))
-    if "containerd" in change:
-        host.containerd.write_text(change["containerd"])
-    host.imports(change.get("imports", {}))
-    host.crio_files(change.get("crio", {}))
-    if "toolkit" in change:
-        host.toolkit(change["toolkit"])
-    host.generate_spec(scenario) if "toolkit" not in change else None
-    before = node_object(plane, node)
+@pytest.fixture(scope="module")
+def refused(ansible, control_plane, tmp_path_factory):
+    """The role run once over one host per refusal, each its own Node: {refusal: (node, namespace, before)}
+    and the run. The nodes' checks are independent, and any one refused stops the run before anything changes."""
+    plane, cases, hosts = control_plane, {}, {}
+    for refusal, (scenario, change, _message) in REFUSALS.items():
+        node = "dra-refuse-%s-%s" % (refusal, suffix(ansible))
+        host = DraHost(tmp_path_factory.mktemp(refusal))
+        put_node(plane, node, dict(GPU_NODE, **change.get("labels", {})), kubelet=change.get("kubelet", "v1.37.1"),
+                 gpus=change.get("gpus"))
+        if "containerd" in change:
+            host.containerd.write_text(change["containerd"])
+        host.imports(change.get("imports", {}))
+        host.crio_files(change.get("crio", {}))
+        if "toolkit" in change:
+            host.toolkit(change["toolkit"])
+        else:
+            host.generate_spec(scenario)
+        runtime = "crio" if "crio" in change else "containerd"
+        hosts[node] = (host.settings(plane, node, node, gpu_stack="dra", dra_driver_runtime=runtime),
+                       host.environment(scenario))
+        cases[refusal] = (node, host, node_object(plane, node))
+    done = run_role_on_hosts(ansible, tmp_path_factory.mktemp("refused"), hosts)
+    return cases, done
 
-    runtime = "crio" if "crio" in change else "containerd"
-    done = run_role(ansible, tmp_path, scenario, host.settings(plane, node, namespace, gpu_stack="dra",
-                                                               dra_driver_runtime=runtime))
+
+def failure(output, host):
+    """The message of ``host``'s failed task in a run's output."""
+    head = "fatal: [%s]: FAILED! => " % host
+    assert head in output, output
+    result, _end = json.JSONDecoder().raw_decode(output[output.index(head) + len(head):])
+    return " ".join(result["msg"].split())
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_node_that_cannot_run_dra_is_refused_by_name_and_nothing_changes(control_plane, refused, refusal):
+    plane = control_plane
+    cases, done = refused
+    node, host, before = cases[refusal]
     assert done.returncode != 0
-    output = " ".join((done.stdout + done.stderr).split())
-    message = message.format(etc=host.containerd.parent, crio=host.crio)
-    assert "node %s: " % node in output and message in output, output
-    assert "Nothing was changed." in output
+    message = failure(done.stdout, node)
+    expected = REFUSALS[refusal][2].format(etc=host.containerd.parent, crio=host.crio)
+    assert "node %s: " % node in message and expected in message, message
+    assert message.endswith("Nothing was changed."), message
     after = node_object(plane, node)
     assert after["metadata"]["labels"] == before["metadata"]["labels"]
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    assert plane.kubectl("get", "namespace", namespace, check=False).returncode != 0
+    assert plane.kubectl("get", "namespace", node, check=False).returncode != 0
 
 
 def test_an_import_that_enables_cdi_lets_the_node_run_dra_in_check_mode_and_for_real(
