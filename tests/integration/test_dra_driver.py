@@ -178,6 +178,10 @@ REFUSALS = {
               "it runs the device-plugin stack and gpu_stack asks for dra; switching needs its GPU pods drained: "
               "run playbooks/gpu_stack.yml for it"),
     "running-plugin": (SCENARIO, {"gpus": 4}, "it runs the device-plugin stack (no scv.gpu/gpu-stack label)"),
+    # this API server has no ComputeDomain CRD
+    "compute-domains": (SCENARIO, {"settings": {"dra_driver_compute_domains": True}},
+                        "dra_driver_compute_domains is true and the API server does not serve "
+                        "resource.nvidia.com/v1beta1 ComputeDomain; install NVIDIA's ComputeDomain CRDs first"),
 }
 
 
@@ -200,8 +204,8 @@ def refused(ansible, control_plane, tmp_path_factory):
         else:
             host.generate_spec(scenario)
         runtime = "crio" if "crio" in change else "containerd"
-        hosts[node] = (host.settings(plane, node, node, gpu_stack="dra", dra_driver_runtime=runtime),
-                       host.environment(scenario))
+        hosts[node] = (host.settings(plane, node, node, gpu_stack="dra", dra_driver_runtime=runtime,
+                                     **change.get("settings", {})), host.environment(scenario))
         cases[refusal] = (node, host, node_object(plane, node))
     done = run_role_on_hosts(ansible, tmp_path_factory.mktemp("refused"), hosts)
     return cases, done
@@ -265,10 +269,30 @@ def plane_without_v1(tmp_path_factory):
         plane.stop()
 
 
-def test_an_api_server_without_resource_v1_is_refused(ansible, plane_without_v1, host, tmp_path):
+def stale_discovery(ansible, served, plane, folder):
+    """kubernetes.core's discovery cache in ``folder`` for ``plane``'s address, holding what ``served`` serves
+    of resource.k8s.io/v1: as another API server at the same address leaves it."""
+    def cache(kubeconfig, query):
+        before = set(folder.iterdir())
+        done, result = ansible.module(dict(query, kubeconfig=str(kubeconfig)), name="kubernetes.core.k8s_info",
+                                      simulator=False)
+        assert done, result
+        (made,) = set(folder.iterdir()) - before
+        return made
+    full = cache(served.admin_kubeconfig, {"api_version": "resource.k8s.io/v1", "kind": "DeviceClass"})
+    assert "DeviceClass" in full.read_text()
+    cache(plane.admin_kubeconfig, {"kind": "Namespace", "name": "default"}).write_bytes(full.read_bytes())
+
+
+def test_an_api_server_without_resource_v1_is_refused(ansible, control_plane, plane_without_v1, host, tmp_path,
+                                                      monkeypatch):
     plane = plane_without_v1
     node, namespace = "dra-old-api", "dra-old-api"
     put_node(plane, node, dict(GPU_NODE))
+    # the check asks the server itself, not a discovery cache that says the API is served
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    stale_discovery(ansible, control_plane, plane, tmp_path / "tmp")
     done = run_role(ansible, tmp_path, SCENARIO, host.settings(plane, node, namespace, gpu_stack="dra"))
     assert done.returncode != 0
     output = " ".join((done.stdout + done.stderr).split())
