@@ -104,14 +104,21 @@ def test_site_in_check_mode_runs_from_the_installed_tarball(ansible, installed, 
         "ansible_connection": "local", "ansible_python_interpreter": str(ansible.python),
         "k8s_node_name": node, "scv_gpu_kubeconfig": str(plane.admin_kubeconfig)}}}}}}))
     site = installed / "ansible_collections" / "scv" / "gpu" / "playbooks" / "site.yml"
+    # what the host stages would write on this machine
+    watched = [pathlib.Path(p) for p in ("/etc/apt/sources.list.d/scv-gpu-nvidia-driver.sources",
+                                         "/etc/apt/sources.list.d/nvidia-container-toolkit.sources",
+                                         "/etc/modprobe.d/scv-gpu-blacklist-nouveau.conf",
+                                         "/etc/systemd/system/scv-gpu-agent.service", "/opt/scv-gpu")]
+    before = {path: path.exists() for path in watched}
     done = subprocess.run([str(ansible.venv / "bin" / "ansible-playbook"), "-i", str(hosts), str(site), "--check"],
                           env=_isolated_env(ansible, installed, "h100_sxm_x8"), capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert recap(done.stdout)["failed"] == 0
     assert "would install once the package lists are refreshed nvidia-driver" in done.stdout
-    # check mode wrote nothing through the API
+    # check mode wrote nothing through the API, nor on this machine
     assert plane.kubectl("get", "scv", node, check=False).returncode != 0
+    assert {path: path.exists() for path in watched} == before
 
 
 @pytest.mark.every_ansible_line

@@ -151,8 +151,10 @@ FLAVORS = {
 }
 
 
-@pytest.mark.every_ansible_line
-@pytest.mark.parametrize("flavor", sorted(FLAVORS))
+# on ansible-core 2.19 too for one flavor: the others differ in their templates, not in how Ansible runs them
+@pytest.mark.parametrize("flavor", [
+    pytest.param(flavor, marks=[pytest.mark.every_ansible_line] if flavor == "nvidia" else [])
+    for flavor in sorted(FLAVORS)])
 def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control_plane, tmp_path, flavor):
     plane = control_plane
     namespace = "dp-%s-%s" % (flavor.replace("_", "-"), suffix(ansible))

@@ -57,7 +57,6 @@ def with_operator(control_plane):
     return control_plane
 
 
-@pytest.mark.every_ansible_line
 def test_without_the_operator_the_role_writes_the_rules_file(ansible, without_operator, tmp_path):
     path = tmp_path / "rules" / "scv-gpu-alerts.yml"
     path.parent.mkdir()

@@ -87,7 +87,6 @@ def rollout(ansible, plane, tmp_path, hosts, *extra):
     return subprocess.run(command, env=ansible.env(), capture_output=True, text=True, check=False)
 
 
-@pytest.mark.every_ansible_line
 def test_a_rollout_stops_at_the_first_failure_and_keeps_that_node_cordoned(ansible, control_plane, tmp_path):
     plane = control_plane
     tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")

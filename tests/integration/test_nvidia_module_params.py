@@ -194,7 +194,6 @@ def test_an_idle_node_is_reloaded_with_the_options_check_mode_first_then_a_rerun
     assert "the loaded nvidia module runs with the options of %s" % node.path in again.stdout
 
 
-@pytest.mark.every_ansible_line
 def test_a_held_gpu_leaves_the_module_loaded_and_the_options_wait_for_a_reboot(ansible, node):
     node.hold(4242, "/usr/bin/python3")
     reason = ("the loaded nvidia module runs with NVreg_EnableStreamMemOPs=0 (1 wanted), "
