@@ -130,7 +130,6 @@ def run_dev_char(ansible, tmp_path, *extra):
     return done
 
 
-@pytest.mark.every_ansible_line
 def test_dev_char_links_check_mode_then_made_then_no_change_then_made_again_after_a_driver_reload(ansible, tmp_path):
     dev, rule = tmp_path / "dev", tmp_path / "rules.d" / "71-nvidia-dev-char.rules"
     for name, major, minor in (("nvidia0", 195, 0), ("nvidiactl", 195, 255), ("nvidia-uvm", 509, 0)):

@@ -381,7 +381,6 @@ def config_manager_env(container):
             for item in container["env"]}
 
 
-@pytest.mark.every_ansible_line
 def test_named_configs_reach_the_configmap_the_plugin_and_each_node(ansible, control_plane, tmp_path):
     plane = control_plane
     namespace, (node_a, node_b) = sharing_setup(plane, ansible, "cfg")

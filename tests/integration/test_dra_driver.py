@@ -21,6 +21,17 @@ GPU_NODE = {"nvidia.com/gpu.present": "true", "gpu/nvidia": "NVIDIA-GB200"}
 SCENARIO = "gb200_nvl_x4"           # driver 580.95.05
 
 
+COMPUTE_DOMAIN_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "computedomains.resource.nvidia.com"},
+    "spec": {"group": "resource.nvidia.com", "scope": "Namespaced",
+             "names": {"kind": "ComputeDomain", "plural": "computedomains", "singular": "computedomain",
+                       "listKind": "ComputeDomainList"},
+             "versions": [{"name": "v1beta1", "served": True, "storage": True,
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
 @pytest.fixture
 def host(tmp_path, monkeypatch):
     made = DraHost(tmp_path, monkeypatch)
@@ -107,10 +118,16 @@ def test_the_driver_is_deployed_as_expected_labels_its_node_and_a_rerun_changes_
     assert again.returncode == 0, again.stdout + again.stderr
     assert recap(again.stdout)["changed"] == 0, again.stdout
 
-    # ComputeDomains and the vfio class on, then off again: what they add comes and goes with them
-    more = dict(settings, dra_driver_compute_domains=True, dra_driver_vfio_class=True,
-                dra_driver_check_prerequisites=False)
-    assert run_role(ansible, tmp_path, SCENARIO, more).returncode == 0
+    # ComputeDomains and the vfio class on, then off again: what they add comes and goes with them. The
+    # ComputeDomain API is served (a CRD of the tests' own, its group and version as NVIDIA's) while they are on.
+    more = dict(settings, dra_driver_compute_domains=True, dra_driver_vfio_class=True)
+    plane.kubectl("apply", "-f", "-", input_text=json.dumps(COMPUTE_DOMAIN_CRD))
+    try:
+        plane.kubectl("wait", "--for=condition=Established", "crd/%s" % COMPUTE_DOMAIN_CRD["metadata"]["name"])
+        on = run_role(ansible, tmp_path, SCENARIO, more)
+    finally:
+        plane.kubectl("delete", "crd", COMPUTE_DOMAIN_CRD["metadata"]["name"], "--wait=true")
+    assert on.returncode == 0, on.stdout + on.stderr
     objects = dra_objects(plane, namespace)
     assert objects["controller"]["spec"]["template"]["spec"]["containers"][0]["command"][0] == "compute-domain-controller"
     assert [c["name"] for c in objects["daemonset"]["spec"]["template"]["spec"]["containers"]] == [

@@ -76,7 +76,6 @@ def test_drift_refuses_what_it_cannot_read_instead_of_saying_no_drift(ansible, c
     assert "no drift" not in done.stdout
 
 
-@pytest.mark.every_ansible_line
 def test_drift_reports_hand_made_changes_and_exits_non_zero(ansible, scv_crd, tmp_path):
     plane = scv_crd
     node = "drift-node-%s" % ansible.version.replace(".", "-")
