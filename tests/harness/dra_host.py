@@ -32,6 +32,14 @@ PLAY = """
   roles:
     - role: scv.gpu.dra_driver
 """
+# The same over several simulated hosts, each with its own environment (run_role_on_hosts)
+HOSTS_PLAY = """
+- hosts: dra_hosts
+  gather_facts: false
+  environment: "{{ dra_host_environment }}"
+  roles:
+    - role: scv.gpu.dra_driver
+"""
 
 
 def suffix(ansible):
@@ -153,6 +161,5 @@ def run_role_on_hosts(ansible, tmp_path, hosts):
         for name, (settings, environment) in hosts.items()}}}}}
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
     play = tmp_path / "dra-driver-hosts.yml"
-    play.write_text(PLAY.replace("hosts: localhost", "hosts: dra_hosts").replace(
-        "gather_facts: false", "gather_facts: false\n  environment: \"{{ dra_host_environment }}\""))
+    play.write_text(HOSTS_PLAY)
     return ansible.playbook(play, None, "-i", str(tmp_path / "hosts.json"), "--forks", str(len(hosts)))
