@@ -65,6 +65,25 @@ class Ansible:
         result, _end = json.JSONDecoder().raw_decode(payload)
         return head.rsplit("\n", 1)[-1].endswith(("SUCCESS", "CHANGED")), result
 
+    def modules(self, calls, directory, scenario=None, simulator=True):
+        """Runs several module calls as the tasks of one play on localhost (one ansible-playbook start instead of
+        one ad hoc run each); returns (succeeded, result) for each (module name, args) of ``calls``, in order."""
+        directory = pathlib.Path(directory)
+        results = directory / "module-results.json"
+        tasks = [{"name": "call %d" % index, module: args, "register": "call_%d" % index, "ignore_errors": True}
+                 for index, (module, args) in enumerate(calls)]
+        everything = "[%s]" % ", ".join("call_%d" % index for index in range(len(calls)))
+        tasks.append({"name": "results", "ansible.builtin.copy": {
+            "content": "{{ %s | to_json }}" % everything, "dest": str(results), "mode": "0600"}})
+        play = directory / "module-calls.yml"
+        play.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+        command = [str(self.venv / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                   "-e", "ansible_python_interpreter=%s" % self.python, str(play)]
+        done = subprocess.run(command, env=self.env(scenario, simulator), capture_output=True, text=True, check=False)
+        self.last_output = done.stdout + done.stderr
+        assert done.returncode == 0 and results.is_file(), "the calls' play failed:\n%s" % self.last_output
+        return [(not result.get("failed", False), result) for result in json.loads(results.read_text())]
+
     def playbook(self, playbook, scenario, *extra):
         command = [
             str(self.venv / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
