@@ -132,9 +132,7 @@ unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python -m pytest tests/unit
 
 .PHONY: integration
-# No control-plane prerequisite: the tests that need it build it (or wait for the build under way) when
-# they first ask, and the tests that need no Go-built program run first (tests/integration/conftest.py).
-integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) agent-wheels
+integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	SCV_GPU_WHEELS=$(AGENT_WHEELS) tools/integration $(VENV) $(if $(COMPAT_PYTHON),$(COMPAT_VENV))
 
 # Molecule scenarios in podman systemd containers (root).

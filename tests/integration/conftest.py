@@ -19,21 +19,12 @@ from harness.prometheus import build as build_prometheus
 from harness.stalled_server import StalledServer
 
 
-# The fixtures that wait for a Go build (the control plane, containerd 2, dockerd, Prometheus).
-BUILT = frozenset({"control_plane", "containerd2", "dockerd_bin", "prometheus_bin"})
-
-
 def pytest_collection_modifyitems(items):
-    """A test marked every_ansible_line that never runs Ansible would run twice for nothing.
-
-    The tests that need no Go-built program run first, in their usual order, then the others: on a fresh
-    machine `make test` starts integration while the control plane still builds, and these fill that time.
-    """
+    """A test marked every_ansible_line that never runs Ansible would run twice for nothing."""
     idle = [item.nodeid for item in items
             if item.get_closest_marker("every_ansible_line") and "ansible" not in item.fixturenames]
     if idle:
         raise pytest.UsageError("marked every_ansible_line but not using the ansible fixture: %s" % ", ".join(idle))
-    items.sort(key=lambda item: not BUILT.isdisjoint(item.fixturenames))
 
 
 @pytest.fixture(scope="session", params=venvs(), ids=lambda v: v.name)
