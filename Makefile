@@ -131,10 +131,6 @@ lint: $(VENV_STAMP) $(COLLECTION_LINK)
 unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python -m pytest tests/unit
 
-.PHONY: compat-venv
-# The ansible-core 2.19 environment where Python 3.11 is present (make test makes it while Go builds).
-compat-venv: $(VENV_STAMP) $(COMPAT_STAMP)
-
 .PHONY: integration
 integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	SCV_GPU_WHEELS=$(AGENT_WHEELS) tools/integration $(VENV) $(if $(COMPAT_PYTHON),$(COMPAT_VENV))
