@@ -77,19 +77,17 @@ class Ansible:
             "content": "{{ %s | to_json }}" % everything, "dest": str(results), "mode": "0600"}})
         play = directory / "module-calls.yml"
         play.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-        command = [str(self.venv / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                   "-e", "ansible_python_interpreter=%s" % self.python, str(play)]
-        done = subprocess.run(command, env=self.env(scenario, simulator), capture_output=True, text=True, check=False)
+        done = self.playbook(play, scenario, simulator=simulator)
         self.last_output = done.stdout + done.stderr
         assert done.returncode == 0 and results.is_file(), "the calls' play failed:\n%s" % self.last_output
         return [(not result.get("failed", False), result) for result in json.loads(results.read_text())]
 
-    def playbook(self, playbook, scenario, *extra):
+    def playbook(self, playbook, scenario, *extra, simulator=True):
         command = [
             str(self.venv / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
             "-e", "ansible_python_interpreter=%s" % self.python, str(ROOT / playbook),
         ] + list(extra)
-        return subprocess.run(command, env=self.env(scenario), capture_output=True, text=True, check=False)
+        return subprocess.run(command, env=self.env(scenario, simulator), capture_output=True, text=True, check=False)
 
 
 def recap(stdout, host="localhost"):
