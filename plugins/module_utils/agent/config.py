@@ -159,9 +159,9 @@ OPTIONS = (
     ("api-qps", _bounded(float, 0.1, 1000), 5.0, False,
      "API requests a second the agent may make once its burst is spent (watches included), as client-go's limit"),
     ("api-burst", _bounded(int, 1, 1000), 10, False, "API requests the agent may make at once before api-qps applies"),
-    ("counters-interval", _bounded(float, 1, 3600), 30.0, True,
+    ("counters-interval", _bounded(float, 1, 3600), 60.0, True,
      "least seconds between reads of the costly counters (energy, PCIe replays, NVLink, vGPU licence) and of GPM "
-     "(engine activity), which are read at a scrape of /metrics; dcgm-exporter collects every 30 s"),
+     "(engine activity), which are read at a scrape of /metrics; 30 is dcgm-exporter's cadence, at twice their cost"),
     ("counters-file", _path, "", True,   # read by load, once, into Config.counters
      "a counters file in dcgm-exporter's CSV format (name, type, help) naming the DCGM series to serve; "
      "'' serves every one the agent has"),

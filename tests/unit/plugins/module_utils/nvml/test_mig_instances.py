@@ -21,7 +21,7 @@ def _read(session, rounds=1, due=True):
     """What the instances read after ``rounds`` of the session's reads; ``due``: the counters due at each."""
     for _round in range(rounds):
         if due:
-            session.clock_control.now += 31
+            session.clock_control.now += session.slow.interval_s + 1
         session.slow.ask()                  # as a scrape does
         facts = session.read(["telemetry", "counters"])
         found = session.mig.read(session, facts["cardList"])

@@ -63,7 +63,7 @@ def test_a_pcie_card_has_no_fabric_and_is_not_asked_again_in_a_session(nvml_simu
     card = collect(["fabric"])["cardList"][0]
     assert "fabric" not in card and "nvlink" not in card and card["health"] == "Healthy"
     session.read(["fabric"])
-    session.clock_control.now += 30.0
+    session.clock_control.now += session.slow.interval_s   # the fabric is due again
     nvml_simulator.reset_calls()
     session.read(["fabric"])
     assert nvml_simulator.calls_of("nvmlDeviceGetGpuFabricInfoV") == 0   # NOT_SUPPORTED is remembered
@@ -91,7 +91,7 @@ def test_a_session_asks_the_fabric_every_interval_and_after_an_xid_not_at_every_
     assert nvml_simulator.calls_of("nvmlDeviceGetNvLinkState") == 0
     assert card["fabric"] == TRAINED and card["health"] == "Healthy"     # as last read
 
-    session.clock_control.now += 30.0
+    session.clock_control.now += session.slow.interval_s   # the fabric is due again
     card = session.read(["fabric"])["cardList"][5]
     assert nvml_simulator.calls_of("nvmlDeviceGetGpuFabricInfoV") == 8
     assert (card["health"], card["healthReasons"]) == ("Unhealthy", [FABRIC_NOT_STARTED])
