@@ -12,9 +12,9 @@ seconds (60 by default: dcgm-exporter collects every 30 s, but on 8 H100s the en
 0.3 % budget) and repeats the last values between.
 
 With ``on_demand`` (the agent serving metrics), they are read at most once per scrape as well: after
-the first read, only when someone asked for them (``ask()``, at each scrape) since the last. A
-Prometheus that scrapes every 60 s costs half the reads of one scrape every 30 s, and nobody
-scraping costs none; a scrape sees what the tick after the previous scrape read.
+the first read, only when someone asked for them (``ask()``, at each scrape) since the last. At a
+30 s interval, a Prometheus that scrapes every 60 s costs half the reads of one scraping every 30 s;
+nobody scraping costs none; a scrape sees what the tick after the previous scrape read.
 """
 
 from __future__ import annotations
