@@ -16,6 +16,7 @@ agent's, steady from run to run on a shared machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import platform
@@ -29,18 +30,9 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Read
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
 
+from harness.common import Clock
 from harness.paths import scenario_path
 from scv_agent import every_counter, with_mig
-
-
-class Clock:
-    """The session's clock: moved on by hand, one tick at a time."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 def reads_cost(scenario, counters_interval, scrape_interval, seconds):
@@ -91,13 +83,14 @@ def main():
             every_counter(scenario)
             if per_gpu:
                 with_mig(scenario, per_gpu)
+            gpus = len(json.loads(scenario.read_text())["devices"])
             for interval in (float(value) for value in args.counters_interval.split(",")):
                 runs = [reads_cost(scenario, interval, args.scrape_interval, args.seconds) for _run in range(args.runs)]
                 tick, scrape = (statistics.median(part) for part in zip(*runs))
                 share = 100.0 / args.seconds
                 print("| %d | %g s | **%.3f %%** | %.3f %% | %.3f %% | %.3f ms |" % (
-                    per_gpu * 8, interval, (tick + scrape) * share, tick * share, scrape * share,
-                    (tick + scrape) * 1000 / args.seconds / 8))
+                    per_gpu * gpus, interval, (tick + scrape) * share, tick * share, scrape * share,
+                    (tick + scrape) * 1000 / args.seconds / gpus))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
