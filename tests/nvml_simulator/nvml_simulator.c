@@ -382,7 +382,24 @@ static const char *sim_config_path(void)
     return path;
 }
 
-/* Reads the scenario file; returns NVML_SUCCESS or the error nvmlInit should give. */
+static int sim_entry_number(const jval *entry, const char *key, long long fallback);
+static unsigned int sim_device_minor[SIM_MAX_GPUS];
+
+/* Whether <root>/dev/<name> is a character device. */
+static int sim_char_device(const char *root, const char *name)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    if ((size_t)snprintf(path, sizeof path, "%s/dev/%s", root, name) >= sizeof path)
+        return 0;
+    return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+/* Reads the scenario file; returns NVML_SUCCESS or the error nvmlInit should give.
+ * With $NVMLSIM_DEV_ROOT set (/ inside a container), NVML sees what the driver lets a process
+ * there see: no driver without <root>/dev/nvidiactl, and only the GPUs whose
+ * <root>/dev/nvidia<minor> exists, in scenario order. */
 static nvmlReturn_t sim_load(void)
 {
     const char *path = sim_config_path();
@@ -438,11 +455,26 @@ static nvmlReturn_t sim_load(void)
         j_free(root);
         return NVML_ERROR_UNKNOWN;
     }
+    const char *dev_root = getenv("NVMLSIM_DEV_ROOT");
+    int filtered = dev_root && *dev_root;
+    if (filtered && !sim_char_device(dev_root, "nvidiactl")) {
+        fprintf(stderr, "nvml-simulator: no %s/dev/nvidiactl: the driver is out of reach\n", dev_root);
+        j_free(root);
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
     sim_unload();
     sim_root = root;
     sim_device_count = 0;
-    for (const jval *d = devices ? devices->child : NULL; d; d = d->next)
+    unsigned int position = 0;
+    for (const jval *d = devices ? devices->child : NULL; d; d = d->next, position++) {
+        unsigned int minor = (unsigned int)sim_entry_number(d, "minorNumber", position);
+        char name[32];
+        snprintf(name, sizeof name, "nvidia%u", minor);
+        if (filtered && !sim_char_device(dev_root, name))
+            continue;
+        sim_device_minor[sim_device_count] = minor;
         sim_devices[sim_device_count++] = d;
+    }
     sim_loaded_mtime = st.st_mtim;
     sim_loaded_size = st.st_size;
     sim_loaded_ino = st.st_ino;
@@ -2552,7 +2584,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned i
     SIM_DEVICE_CALL(device, dev);
     if (!minorNumber || dev.mig)
         SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    *minorNumber = (unsigned int)sim_entry_number(dev.gpu, "minorNumber", dev.index);
+    *minorNumber = sim_device_minor[dev.index];
     SIM_RETURN(NVML_SUCCESS);
 }
 

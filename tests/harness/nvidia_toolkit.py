@@ -1,0 +1,196 @@
+"""NVIDIA's container toolkit in the tests: its own runtime, nvidia-ctk and CDI hook, on the NVML simulator.
+
+``toolkit`` builds the three programs from the Go module proxy (tools/nvidia-container-toolkit/build, once, into
+~/.cache/scv-gpu). ``DriverRoot`` is a stand-in for the host's driver, in a folder of the test's own, holding what
+NVIDIA's ``nvidia-ctk cdi generate`` reads, and why:
+
+- ``usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver version>``, a copy of the NVML simulator, and its
+  ``libnvidia-ml.so.1`` link: nvidia-ctk finds the driver's libraries by the version NVML reports, loads NVML from
+  the driver root, and names both in the spec as mounts.
+- ``libcuda.so.<driver version>``, any shared object: nvidia-ctk refuses to write a spec without it ('failed to
+  locate "libcuda.so."'). A one-function library built here serves.
+- ``dev/nvidia<N>`` for each GPU, ``dev/nvidiactl`` and ``dev/nvidia-uvm``, made with mknod: nvidia-ctk puts each
+  GPU's node in its device's edits and the control nodes in the common edits, and leaves out a node it does not
+  find. They are made in the test's folder, never under the host's /dev; the GPUs' major is the driver's (195),
+  nvidia-uvm's is dynamic on a real host, so any number serves.
+
+It warns about every other library a real driver has (Vulkan, X.Org, nvvm); none of them stops it. The
+simulator answers for the scenario named by ``NVMLSIM_CONFIG``, which ``env`` sets, with no modelled latency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+from harness.paths import ROOT, SIMULATOR_DIR
+
+BUILD = ROOT / "tools" / "nvidia-container-toolkit" / "build"
+LIBRARIES = pathlib.Path("usr/lib/x86_64-linux-gnu")
+GPU_MAJOR = 195          # the NVIDIA driver's character device major (nvidia0.., nvidiactl at minor 255)
+UVM_MAJOR = 235          # dynamic on a real host
+CUDA_STUB = "int cuInit(unsigned int flags) { (void)flags; return 0; }\n"
+
+
+def toolkit(version=None):
+    """The folder holding nvidia-container-runtime, nvidia-ctk and nvidia-cdi-hook: the release pinned in
+    tools/nvidia-container-toolkit/go.mod, or ``version`` (built from the proxy with the release's own go.mod)."""
+    done = subprocess.run([str(BUILD)] + ([version] if version else []), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, "building NVIDIA's container toolkit failed:\n%s" % done.stderr[-4000:]
+    return pathlib.Path(done.stdout.strip().splitlines()[-1])
+
+
+class DriverRoot:
+    """A driver root and dev root in ``folder`` for the GPUs of ``scenario`` (a scenario file's path), which the
+    simulator serves from a copy in ``folder`` that ``edit`` changes."""
+
+    def __init__(self, folder, scenario):
+        self.path = pathlib.Path(folder)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.scenario = self.path / "scenario.json"
+        shutil.copyfile(scenario, self.scenario)
+        data = json.loads(self.scenario.read_text())
+        self.driver_version = data["driverVersion"]
+        self.uuids = [device["uuid"] for device in data["devices"]]
+        libraries = self.path / LIBRARIES
+        libraries.mkdir(parents=True, exist_ok=True)
+        nvml = libraries / ("libnvidia-ml.so.%s" % self.driver_version)
+        shutil.copyfile(SIMULATOR_DIR / "libnvidia-ml.so.1", nvml)
+        _link(libraries / "libnvidia-ml.so.1", nvml.name)
+        source = self.path / "cuda-stub.c"
+        source.write_text(CUDA_STUB)
+        cuda = libraries / ("libcuda.so.%s" % self.driver_version)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(cuda), str(source)],
+                       check=True, capture_output=True)
+        _link(libraries / "libcuda.so.1", cuda.name)
+        self.dev = self.path / "dev"
+        self.dev.mkdir(exist_ok=True)
+        nodes = [("nvidia%d" % index, GPU_MAJOR, index) for index in range(len(self.uuids))]
+        nodes += [("nvidiactl", GPU_MAJOR, 255), ("nvidia-uvm", UVM_MAJOR, 0)]
+        for name, major, minor in nodes:
+            node = self.dev / name
+            if not node.exists():
+                os.mknod(node, 0o666 | 0o020000, os.makedev(major, minor))
+
+    def edit(self, change):
+        """``change(scenario dict)`` applied to the simulated GPUs."""
+        data = json.loads(self.scenario.read_text())
+        change(data)
+        self.scenario.write_text(json.dumps(data))
+
+    def env(self, base=None):
+        """An environment in which NVML is the simulator of this root's GPUs, and nvidia-ctk reads this root."""
+        env = dict(os.environ if base is None else base)
+        env.update(NVMLSIM_CONFIG=str(self.scenario), NVMLSIM_LATENCY="none",
+                   NVIDIA_CTK_DRIVER_ROOT=str(self.path), NVIDIA_CTK_DEV_ROOT=str(self.path))
+        return env
+
+    def generate(self, output, bin_dir):
+        """NVIDIA's ``nvidia-ctk cdi generate`` for this root, written to ``output``; returns the spec, parsed."""
+        import yaml
+
+        env = self.env()
+        env["PATH"] = "%s:%s" % (bin_dir, env.get("PATH", "/usr/bin:/bin"))
+        done = subprocess.run([str(pathlib.Path(bin_dir) / "nvidia-ctk"), "cdi", "generate", "--output", str(output)],
+                              env=env, capture_output=True, text=True, check=False, timeout=120)
+        assert done.returncode == 0, "nvidia-ctk cdi generate failed:\n%s" % done.stderr[-4000:]
+        return yaml.safe_load(pathlib.Path(output).read_text())
+
+
+def _link(path, target):
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(target)
+
+
+GPUS_PROGRAM = pathlib.Path(__file__).with_name("gpus.c")
+RUNC = shutil.which("runc") or "/usr/sbin/runc"
+
+
+class Bundles:
+    """OCI bundles in ``work`` whose process is gpus.c's program, run through NVIDIA's nvidia-container-runtime
+    (``bin_dir``'s) with the runtime configuration file ``config`` and Debian's runc underneath.
+
+    The root file system holds the program, the C library and an /etc/ld.so.conf (the update-ldcache hook needs
+    one); each run gets a fresh copy, since the runtime and its hooks write into the bundle. The process sees the
+    GPUs through the simulator (``root``'s scenario, bind-mounted at the same path) as a process in a container
+    sees the driver: only the GPUs whose /dev/nvidia<minor> the runtime gave it (NVMLSIM_DEV_ROOT=/).
+    """
+
+    def __init__(self, work, bin_dir, root, config):
+        self.work, self.bin_dir, self.root, self.config = pathlib.Path(work), pathlib.Path(bin_dir), root, config
+        self.template = self.work / "rootfs"
+        for folder in ("lib/x86_64-linux-gnu", "lib64", "etc", "usr/lib/x86_64-linux-gnu", "proc", "dev", "sys",
+                       "tmp"):
+            (self.template / folder).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["gcc", "-O2", "-o", str(self.template / "gpus"), str(GPUS_PROGRAM), "-ldl"], check=True,
+                       capture_output=True)
+        shutil.copy2("/lib/x86_64-linux-gnu/libc.so.6", self.template / "lib/x86_64-linux-gnu/libc.so.6")
+        shutil.copy2("/lib64/ld-linux-x86-64.so.2", self.template / "lib64/ld-linux-x86-64.so.2")
+        (self.template / "etc" / "ld.so.conf").write_text("/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n")
+        self.runs = 0
+
+    def run(self, env=(), annotations=None, mounts=(), privileged=False):
+        """The program's lines and the runtime's output (and its log, nvidia-container-runtime.log beside
+        ``config``, where the configuration puts it), for a container with ``env`` (["NAME=value"]),
+        ``annotations`` and extra bind ``mounts`` ([(host path, container path)])."""
+        self.runs += 1
+        bundle = self.work / ("bundle-%d" % self.runs)
+        shutil.copytree(self.template, bundle / "rootfs", symlinks=True)
+        done = subprocess.run([RUNC, "spec", "--bundle", str(bundle)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        spec = json.loads((bundle / "config.json").read_text())
+        spec["process"].update(args=["/gpus"], terminal=False)
+        spec["process"]["env"] += ["NVMLSIM_CONFIG=%s" % self.root.scenario, "NVMLSIM_DEV_ROOT=/",
+                                   "NVMLSIM_LATENCY=none"] + list(env)
+        spec["root"]["readonly"] = False
+        spec["mounts"].append({"destination": str(self.root.scenario), "type": "bind",
+                               "source": str(self.root.scenario), "options": ["rbind", "ro"]})
+        spec["mounts"] += [{"destination": inside, "type": "bind", "source": str(outside), "options": ["rbind", "ro"]}
+                           for outside, inside in mounts]
+        if annotations:
+            spec["annotations"] = dict(annotations)
+        if privileged:
+            # What a privileged container is to the runtime: every capability (runc spec's defaults are few).
+            capabilities = ["CAP_%s" % name for name in ("SYS_ADMIN", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID",
+                                                           "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE",
+                                                           "NET_RAW", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE",
+                                                           "SETFCAP")]
+            spec["process"]["capabilities"] = {kind: capabilities for kind in
+                                               ("bounding", "effective", "permitted")}
+        (bundle / "config.json").write_text(json.dumps(spec))
+        name = "scv-test-%d-%d" % (os.getpid(), self.runs)
+        out, log = bundle / "out.txt", bundle / "runtime.log"
+        env_vars = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=str(self.config),
+                        PATH="%s:%s" % (self.bin_dir, os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")))
+        try:
+            with open(out, "wb") as stdout, open(log, "wb") as stderr:
+                created = subprocess.run([str(self.bin_dir / "nvidia-container-runtime"), "create", "--bundle",
+                                          str(bundle), name], stdout=stdout, stderr=stderr, env=env_vars,
+                                         check=False, timeout=60)
+            assert created.returncode == 0, "nvidia-container-runtime create failed:\n%s" % log.read_text()[-4000:]
+            subprocess.run([RUNC, "start", name], check=True, capture_output=True, timeout=30)
+            _wait_stopped(name)
+        finally:
+            subprocess.run([RUNC, "delete", "--force", name], capture_output=True, check=False, timeout=30)
+        runtime_log = self.config.with_name("nvidia-container-runtime.log")
+        return out.read_text().splitlines(), log.read_text() + (runtime_log.read_text() if runtime_log.exists() else "")
+
+
+def _wait_stopped(name):
+    from harness.common import wait_until
+
+    def stopped():
+        done = subprocess.run([RUNC, "state", name], capture_output=True, text=True, check=False)
+        return done.returncode != 0 or json.loads(done.stdout).get("status") == "stopped"
+
+    wait_until(stopped, 30, "container %s to stop" % name, 0.1)
+
+
+def seen(lines):
+    """(device nodes, NVML's GPU UUIDs) in gpus.c's output."""
+    return ({line.split(" ", 1)[1] for line in lines if line.startswith("dev ")},
+            [line.split(" ")[2] for line in lines if line.startswith("nvml ")])
