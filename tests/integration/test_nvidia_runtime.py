@@ -3,33 +3,67 @@
 The runtime, nvidia-ctk and the CDI hook are NVIDIA's, built from the Go module proxy
 (tools/nvidia-container-toolkit/build); runc is Debian's. The CDI specification is what NVIDIA's
 ``nvidia-ctk cdi generate`` writes for a stand-in driver root of the test's own (harness.nvidia_toolkit), and
-the runtime runs in ``cdi`` mode with that specification's folder. Each container runs gpus.c's program, which
+the runtime runs with the configuration file NVIDIA's packages install, the host's own settings made by
+``nvidia-ctk config --set`` (the specification's folder, runc underneath), and the container_toolkit role's
+settings (isolation and ``cdi`` mode) written by the role's own task; ``nvidia-ctk config`` judges the result. Each container runs gpus.c's program, which
 lists the NVIDIA device nodes it has and the GPUs NVML answers for from inside.
 
 What these establish: a request through CDI (an annotation, as the device plugin's cdi-annotations strategy
 makes) or through a volume mount (its volume-mounts strategy) gives exactly the GPU asked for; and
 NVIDIA_VISIBLE_DEVICES in an unprivileged container's environment gives every GPU under the runtime's default
-configuration, and none once ``accept-nvidia-visible-devices-envvar-when-unprivileged = false``.
+configuration (in cdi mode), and none under the role's.
 """
 
 from __future__ import annotations
 
+import subprocess
+import tomllib
+
 import pytest
 
+from harness.ansible import recap
 from harness.nvidia_toolkit import Bundles, DriverRoot, seen, toolkit
 from harness.paths import scenario_path
 
 CONTROL = {"nvidiactl", "nvidia-uvm"}
-ISOLATED = ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
-            "accept-nvidia-visible-devices-as-volume-mounts = true\n")
+ROLE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Configure NVIDIA's runtime as the role does
+      ansible.builtin.include_role:
+        name: scv.gpu.container_toolkit
+        tasks_from: runtime-config.yml
+"""
 
 
-def runtime_config(path, spec_dir, top=""):
-    """The runtime's configuration: ``top`` (the keys under test), then the host's own facts (CDI mode, its
-    specification folder, runc underneath)."""
-    path.write_text(top + '[nvidia-container-runtime]\nmode = "cdi"\nruntimes = ["runc"]\nlog-level = "info"\n'
-                    'debug = "%s"\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["%s"]\n'
-                    % (path.with_name("nvidia-container-runtime.log"), spec_dir))
+def nvidia_config(bin_dir, path):
+    """The configuration NVIDIA's runtime reads from ``path``, as its own ``nvidia-ctk config`` reports it."""
+    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return tomllib.loads(done.stdout)
+
+
+def host_config(bin_dir, path, spec_dir):
+    """NVIDIA's default file (``nvidia-ctk config default``, what its packages install), with this host's own
+    settings made by ``nvidia-ctk config --set``: its CDI folder, runc underneath, the log beside the file."""
+    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "default", "--output", str(path)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    sets = ["nvidia-container-runtime.modes.cdi.spec-dirs=%s" % spec_dir, "nvidia-container-runtime.runtimes=runc",
+            "nvidia-container-runtime.debug=%s" % path.with_name("nvidia-container-runtime.log")]
+    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path), "--in-place"]
+                          + ["--set=%s" % item for item in sets], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def cdi_mode(bin_dir, path, spec_dir):
+    """A host's file in cdi mode, every other key NVIDIA's default."""
+    host_config(bin_dir, path, spec_dir)
+    subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path), "--in-place",
+                    "--set=nvidia-container-runtime.mode=cdi"], check=True, capture_output=True)
     return path
 
 
@@ -44,10 +78,40 @@ def node(tmp_path_factory):
     return root, bin_dir, work / "cdi"
 
 
+@pytest.fixture(scope="module")
+def role_config(ansible, node, tmp_path_factory):
+    """The host's file after the container_toolkit role's runtime-config.yml with its defaults, and NVIDIA's reading
+    of it before and after."""
+    _root, bin_dir, spec_dir = node
+    work = tmp_path_factory.mktemp("role-config")
+    path = host_config(bin_dir, work / "config.toml", spec_dir)
+    before = nvidia_config(bin_dir, path)
+    play = work / "play.yml"
+    play.write_text(ROLE_PLAY)
+    done = ansible.playbook(play, None, "-e", "container_toolkit_runtime_config=%s" % path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert recap(done.stdout)["changed"] == 1, done.stdout
+    again = ansible.playbook(play, None, "-e", "container_toolkit_runtime_config=%s" % path)
+    assert recap(again.stdout)["changed"] == 0, again.stdout
+    return path, before, nvidia_config(bin_dir, path)
+
+
 @pytest.fixture
-def isolated(node, tmp_path):
-    root, bin_dir, spec_dir = node
-    return Bundles(tmp_path, bin_dir, root, runtime_config(tmp_path / "config.toml", spec_dir, ISOLATED))
+def isolated(node, role_config, tmp_path):
+    root, bin_dir, _spec_dir = node
+    return Bundles(tmp_path, bin_dir, root, role_config[0])
+
+
+def test_the_role_sets_isolation_and_cdi_mode_and_nvidia_reads_every_other_setting_as_before(role_config):
+    _path, before, after = role_config
+    owned = {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+             "accept-nvidia-visible-devices-as-volume-mounts": True}
+    assert {key: after.get(key) for key in owned} == owned
+    assert after["nvidia-container-runtime"].pop("mode") == "cdi"
+    before["nvidia-container-runtime"].pop("mode")
+    assert {key: value for key, value in after.items() if key not in owned} == \
+        {key: value for key, value in before.items() if key not in owned}
+    assert before["nvidia-container-runtime"]["runtimes"] == ["runc"]      # the host's own settings, kept
 
 
 def test_a_cdi_request_gives_exactly_that_gpu_even_beside_the_variable(node, isolated):
@@ -63,7 +127,7 @@ def test_a_volume_mount_request_gives_exactly_that_gpu(node, isolated):
     assert seen(lines) == ({"nvidia5"} | CONTROL, [root.uuids[5]]), (lines, log)
 
 
-def test_the_variable_alone_gives_an_unprivileged_container_nothing_once_refused(isolated):
+def test_the_variable_alone_gives_an_unprivileged_container_nothing_under_the_roles_settings(isolated):
     lines, log = isolated.run(env=["NVIDIA_VISIBLE_DEVICES=all"])
     devices, gpus = seen(lines)
     assert (devices, gpus) == (set(), []), (lines, log)
@@ -80,6 +144,6 @@ def test_under_nvidias_defaults_the_variable_gives_an_unprivileged_container_eve
     """The risk that the refusal above removes: the runtime's own defaults honour the variable, which CUDA
     base images set to all."""
     root, bin_dir, spec_dir = node
-    bundles = Bundles(tmp_path, bin_dir, root, runtime_config(tmp_path / "config.toml", spec_dir))
+    bundles = Bundles(tmp_path, bin_dir, root, cdi_mode(bin_dir, tmp_path / "config.toml", spec_dir))
     lines, log = bundles.run(env=["NVIDIA_VISIBLE_DEVICES=all"])
     assert seen(lines) == ({"nvidia%d" % index for index in range(8)} | CONTROL, root.uuids), (lines, log)

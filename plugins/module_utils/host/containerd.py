@@ -189,7 +189,8 @@ def _newline_of(text):
 
 
 def set_key(text, table, key, value):
-    """``text`` with ``key = value`` in table ``table`` (a key path), other lines untouched.
+    """``text`` with ``key = value`` in table ``table`` (a key path; ``()`` for a top-level key, which goes
+    before the first table), other lines untouched.
 
     A rewritten line keeps its indentation, its inline comment and its line ending; a new line
     takes the file's line ending. Lines inside multi-line strings are never read as keys or headers.
@@ -198,7 +199,11 @@ def set_key(text, table, key, value):
     starts = _code_starts(text)
     code = [starts[i][0] if i < len(starts) else True for i in range(len(lines))]
     newline = _newline_of(text)
-    start = next((i for i, line in enumerate(lines) if code[i] and _header_keys(line) == tuple(table)), None)
+    if not table:
+        # A top-level key: among the lines before the first table, or added right before it.
+        start = -1
+    else:
+        start = next((i for i, line in enumerate(lines) if code[i] and _header_keys(line) == tuple(table)), None)
     if start is None:
         if text and not text.endswith("\n"):
             text += newline
@@ -220,6 +225,11 @@ def set_key(text, table, key, value):
                 comment = (spacing or " ") + body[comment_at:]
             lines[i] = "%s%s = %s%s%s" % (match.group(1), key, _literal(value), comment, ending)
             return "".join(lines)
+    if start < 0:
+        if end == len(lines) and lines and not lines[-1].endswith("\n"):
+            lines[-1] += newline
+        lines.insert(end, "%s = %s%s" % (key, _literal(value), newline))
+        return "".join(lines)
     header_indent = re.match(r"^(\s*)", lines[start]).group(1).strip("\r\n")
     lines.insert(start + 1, "%s  %s = %s%s" % (header_indent, key, _literal(value), newline))
     return "".join(lines)
