@@ -63,6 +63,7 @@ def test_crio_dropin_adds_runtime_then_changes_nothing(ansible, tmp_path):
     first, dropin = run_crio(ansible, tmp_path)
     assert recap(first.stdout)["changed"] == 2
     assert tomllib.loads(dropin.read_text()) == {"crio": {"runtime": {
+        "default_runtime": "nvidia",
         "runtimes": {"nvidia": {"runtime_path": "/usr/bin/nvidia-container-runtime", "runtime_type": "oci"}},
     }}}
     assert oct(dropin.stat().st_mode & 0o777) == "0o644"

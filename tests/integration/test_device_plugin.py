@@ -189,7 +189,15 @@ def test_each_flavor_is_accepted_and_selects_the_labelled_nodes(ansible, control
     if flavor == "nvidia":
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
         assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-        assert container["env"] == [{"name": "MIG_STRATEGY", "value": "none"}]
+        assert container["env"] == [{"name": "MIG_STRATEGY", "value": "none"},
+                                    {"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
+        # through NVIDIA's runtime, unprivileged, asking for every GPU by the one request an isolated runtime honours
+        assert spec["runtimeClassName"] == "nvidia"
+        assert mounts["nvidia-devices-all"] == "/dev/null"
+        assert {"name": "nvidia-devices-all", "mountPath": "/var/run/nvidia-container-devices/all",
+                "readOnly": True} in container["volumeMounts"]
+        runtime_class = json.loads(plane.kubectl("get", "runtimeclass", "nvidia", "-o", "json").stdout)
+        assert runtime_class["handler"] == "nvidia"
     elif flavor == "gke":
         assert "--enable-container-gpu-metrics" in container["command"]
         assert container["ports"] == [{"name": "metrics", "containerPort": 2112, "protocol": "TCP"}]
@@ -238,7 +246,7 @@ def test_the_mig_strategy_reaches_the_labels_and_the_plugin(ansible, control_pla
         daemonset = json.loads(plane.kubectl("get", "daemonset", "-n", namespace, "nvidia-device-plugin-daemonset",
                                              "-o", "json").stdout)
         assert daemonset["spec"]["template"]["spec"]["containers"][0]["env"] == [
-            {"name": "MIG_STRATEGY", "value": strategy}]
+            {"name": "MIG_STRATEGY", "value": strategy}, {"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
 
 
 @pytest.mark.every_ansible_line
@@ -269,6 +277,34 @@ def test_volcano_refuses_a_node_whose_default_runtime_is_not_nvidia(ansible, con
     assert "on node %s %s %s" % (node, daemon_json, says) in done.stdout.replace("\n", " ")
     assert plane.kubectl("get", "daemonset", "-n", namespace, "volcano-device-plugin", check=False).returncode != 0
     assert node_labels(plane, node) == {}
+
+
+def test_volcano_refuses_a_node_whose_nvidia_runtime_refuses_the_variable(ansible, control_plane, tmp_path):
+    """The plugin hands out GPUs through NVIDIA_VISIBLE_DEVICES only; under container_toolkit's isolation (its
+    default) its pods would get none, and turning isolation off is a risk the refusal names."""
+    plane = control_plane
+    namespace = "dp-isolated-%s" % suffix(ansible)
+    plane.kubectl("create", "namespace", namespace, check=False)
+    node = "dp-isolated-%s" % suffix(ansible)
+    put_node(plane, node, {})
+    daemon_json = tmp_path / "daemon.json"
+    daemon_json.write_text(json.dumps({"default-runtime": "nvidia"}))
+    runtime_config = tmp_path / "config.toml"
+    runtime_config.write_text("accept-nvidia-visible-devices-envvar-when-unprivileged = false  # isolated\n"
+                              "[nvidia-container-runtime]\nmode = \"cdi\"\n")
+    settings = dict(FLAVORS["volcano_vgpu"][1], device_plugin_flavor="volcano_vgpu", device_plugin_namespace=namespace,
+                    device_plugin_node_name=node, device_plugin_docker_daemon_json=str(daemon_json),
+                    device_plugin_nvidia_runtime_config=str(runtime_config))
+    done = run(ansible, tmp_path, plane, "titan_xp", **settings)
+    said = done.stdout.replace("\n", " ")
+    assert done.returncode != 0
+    assert "on node %s %s sets accept-nvidia-visible-devices-envvar-when-unprivileged = false" % (
+        node, runtime_config) in said
+    assert "container_toolkit_isolate: false" in said and "every GPU of the node" in said
+    assert plane.kubectl("get", "daemonset", "-n", namespace, "volcano-device-plugin", check=False).returncode != 0
+
+    runtime_config.write_text("accept-nvidia-visible-devices-envvar-when-unprivileged = true\n")
+    assert run(ansible, tmp_path, plane, "titan_xp", **settings).returncode == 0
 
 
 def test_a_flavor_without_its_image_says_which_variable(ansible, control_plane, tmp_path):
@@ -418,10 +454,11 @@ def test_named_configs_reach_the_configmap_the_plugin_and_each_node(ansible, con
         assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]} == {
             "available-configs": "/available-configs", "config": "/config"}
     assert plugin["name"] == "nvidia-device-plugin-ctr" and plugin["command"] == ["nvidia-device-plugin"]
-    assert config_manager_env(plugin) == {"MIG_STRATEGY": "none", "CONFIG_FILE": "/config/config.yaml",
-                                          "MPS_ROOT": "/run/nvidia/mps"}
+    assert config_manager_env(plugin) == {"MIG_STRATEGY": "none", "DEVICE_LIST_STRATEGY": "volume-mounts",
+                                          "CONFIG_FILE": "/config/config.yaml", "MPS_ROOT": "/run/nvidia/mps"}
     assert {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]} == {
-        "device-plugin": "/var/lib/kubelet/device-plugins", "available-configs": "/available-configs",
+        "device-plugin": "/var/lib/kubelet/device-plugins",
+        "nvidia-devices-all": "/var/run/nvidia-container-devices/all", "available-configs": "/available-configs",
         "config": "/config", "mps-shm": "/dev/shm", "mps-root": "/mps"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["available-configs"]["configMap"]["name"] == "nvidia-device-plugin-configs"
