@@ -2,7 +2,8 @@
 
 The host: the NVML simulator's GPUs (the scenario's driver version), containerd's config.toml
 in a temporary folder, and the container_toolkit role's scv-gpu-cdi-refresh with the stand-in
-nvidia-smi (which asks the simulator) and nvidia-ctk on PATH, so the CDI specification and its
+nvidia-smi (the driver's program, which asks the simulator) and NVIDIA's own nvidia-ctk on PATH,
+writing from a stand-in driver root (harness.nvidia_toolkit), so the CDI specification and its
 fingerprint are real. The Node: created by the admin as a kubelet would register it, with the
 kubelet version and allocatable GPUs set through its status as the kubelet would report them;
 the ResourceSlice a DRA plugin publishes is created with the node's own credentials.
@@ -13,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 
+from harness.nvidia_toolkit import DriverRoot, toolkit
 from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
 SCRIPT = ROOT / "roles" / "container_toolkit" / "files" / "scv-gpu-cdi-refresh"
@@ -55,7 +58,7 @@ class DraHost:
         self.bin.mkdir(parents=True)
         subprocess.run(["gcc", "-O2", "-o", str(self.bin / "nvidia-smi"), str(STANDIN / "nvidia-smi.c"), "-ldl"],
                        check=True)
-        self.toolkit("1.17.8")
+        self.toolkit()
         self.refresh = self.root / "scv-gpu-cdi-refresh"
         self.refresh.write_bytes(SCRIPT.read_bytes())
         self.refresh.chmod(0o755)
@@ -86,16 +89,18 @@ class DraHost:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
 
-    def toolkit(self, version):
-        text = (STANDIN / "nvidia-ctk").read_text().replace("@VERSION@", version)
-        (self.bin / "nvidia-ctk").write_text(text)
-        (self.bin / "nvidia-ctk").chmod(0o755)
+    def toolkit(self, version=None):
+        """NVIDIA's nvidia-ctk and CDI hook of ``version`` (None: the release pinned for the tests), copied."""
+        built = toolkit(version)
+        for name in ("nvidia-ctk", "nvidia-cdi-hook"):
+            (self.bin / name).unlink(missing_ok=True)
+            shutil.copy2(built / name, self.bin / name)
 
     def generate_spec(self, scenario):
         """The spec and fingerprint for ``scenario``'s GPUs, as container_toolkit leaves them."""
-        env = {"PATH": "%s:/usr/bin:/bin" % self.bin, "LD_LIBRARY_PATH": str(SIMULATOR_DIR),
-               "NVMLSIM_CONFIG": str(scenario_path(scenario))}
-        done = subprocess.run([str(self.refresh), "--output", str(self.spec), "--state", str(self.state)],
+        root = DriverRoot(self.root / ("driver-root-%s" % scenario), scenario_path(scenario))
+        env = root.env({"PATH": "%s:/usr/sbin:/usr/bin:/sbin:/bin" % self.bin, "LD_LIBRARY_PATH": str(SIMULATOR_DIR)})
+        done = subprocess.run(root.namespaced([self.refresh, "--output", self.spec, "--state", self.state]),
                               env=env, capture_output=True, text=True, check=False)
         assert done.returncode == 0 and done.stdout.strip() in ("generated", "unchanged"), done.stdout + done.stderr
 

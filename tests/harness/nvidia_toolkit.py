@@ -14,6 +14,12 @@ NVIDIA's ``nvidia-ctk cdi generate`` reads, and why:
   find. They are made in the test's folder, never under the host's /dev; the GPUs' major is the driver's (195),
   nvidia-uvm's is dynamic on a real host, so any number serves.
 
+- for MIG, ``/proc/driver/nvidia-caps/mig-minors``, which the driver writes and nvidia-ctk reads from the host's
+  /proc whatever the driver root (it maps each GPU instance and compute instance to the minor of its
+  ``/dev/nvidia-caps/nvidia-cap<N>`` node), and those nodes. ``namespaced`` runs a command in a mount namespace of
+  its own where this root's ``proc-driver`` folder is bind-mounted over /proc/driver: the host's /proc is never
+  touched. The file lists every GPU, GPU instance (0 to 14) and compute instance (0 to 7), as the driver's does.
+
 It warns about every other library a real driver has (Vulkan, X.Org, nvvm); none of them stops it. The
 simulator answers for the scenario named by ``NVMLSIM_CONFIG``, which ``env`` sets, with no modelled latency.
 """
@@ -32,6 +38,7 @@ BUILD = ROOT / "tools" / "nvidia-container-toolkit" / "build"
 LIBRARIES = pathlib.Path("usr/lib/x86_64-linux-gnu")
 GPU_MAJOR = 195          # the NVIDIA driver's character device major (nvidia0.., nvidiactl at minor 255)
 UVM_MAJOR = 235          # dynamic on a real host
+CAPS_MAJOR = 236         # nvidia-caps, dynamic too
 CUDA_STUB = "int cuInit(unsigned int flags) { (void)flags; return 0; }\n"
 
 
@@ -70,10 +77,31 @@ class DriverRoot:
         self.dev.mkdir(exist_ok=True)
         nodes = [("nvidia%d" % index, GPU_MAJOR, index) for index in range(len(self.uuids))]
         nodes += [("nvidiactl", GPU_MAJOR, 255), ("nvidia-uvm", UVM_MAJOR, 0)]
+        self.proc_driver = self.path / "proc-driver"
+        (self.proc_driver / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+        (self.dev / "nvidia-caps").mkdir(exist_ok=True)
+        minors = ["config 1", "monitor 2"]
+        for gpu in range(len(self.uuids)):
+            for instance in range(15):
+                minors.append("gpu%d/gi%d/access %d" % (gpu, instance, len(minors) + 1))
+                minors += ["gpu%d/gi%d/ci%d/access %d" % (gpu, instance, compute, len(minors) + 1 + compute)
+                           for compute in range(8)]
+        (self.proc_driver / "nvidia-caps" / "mig-minors").write_text("\n".join(minors) + "\n")
+        nodes += [("nvidia-caps/nvidia-cap%d" % minor, CAPS_MAJOR, minor) for minor in range(1, len(minors) + 1)]
         for name, major, minor in nodes:
             node = self.dev / name
             if not node.exists():
                 os.mknod(node, 0o666 | 0o020000, os.makedev(major, minor))
+
+    def upgrade(self, version):
+        """The driver at ``version``: its libraries replace the old ones, and NVML reports it."""
+        libraries = self.path / LIBRARIES
+        for old in ("libnvidia-ml.so.%s", "libcuda.so.%s"):
+            (libraries / (old % self.driver_version)).rename(libraries / (old % version))
+        _link(libraries / "libnvidia-ml.so.1", "libnvidia-ml.so.%s" % version)
+        _link(libraries / "libcuda.so.1", "libcuda.so.%s" % version)
+        self.driver_version = version
+        self.edit(lambda scenario: scenario.update(driverVersion=version))
 
     def edit(self, change):
         """``change(scenario dict)`` applied to the simulated GPUs."""
@@ -88,14 +116,20 @@ class DriverRoot:
                    NVIDIA_CTK_DRIVER_ROOT=str(self.path), NVIDIA_CTK_DEV_ROOT=str(self.path))
         return env
 
+    def namespaced(self, command):
+        """``command`` in a mount namespace of its own, where /proc/driver is this root's ``proc-driver``."""
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind "$0" /proc/driver && exec "$@"', str(self.proc_driver)] + [str(part) for part in command]
+
     def generate(self, output, bin_dir):
         """NVIDIA's ``nvidia-ctk cdi generate`` for this root, written to ``output``; returns the spec, parsed."""
         import yaml
 
         env = self.env()
         env["PATH"] = "%s:%s" % (bin_dir, env.get("PATH", "/usr/bin:/bin"))
-        done = subprocess.run([str(pathlib.Path(bin_dir) / "nvidia-ctk"), "cdi", "generate", "--output", str(output)],
-                              env=env, capture_output=True, text=True, check=False, timeout=120)
+        done = subprocess.run(self.namespaced([pathlib.Path(bin_dir) / "nvidia-ctk", "cdi", "generate", "--output",
+                                               output]), env=env, capture_output=True, text=True, check=False,
+                              timeout=120)
         assert done.returncode == 0, "nvidia-ctk cdi generate failed:\n%s" % done.stderr[-4000:]
         return yaml.safe_load(pathlib.Path(output).read_text())
 

@@ -1,25 +1,30 @@
 """scv-gpu-cdi-refresh (the container_toolkit role's script and boot unit's command) on this host.
 
-nvidia-smi is the stand-in that asks NVML (the simulator, so the GPUs, their MIG devices and the
-driver version come from a scenario file this test edits), and nvidia-ctk the stand-in toolkit
-CLI, whose spec names the driver's libraries by version as the real one does. The molecule
-scenario container_toolkit_docker runs the same script through the role and its unit.
+nvidia-ctk is NVIDIA's, built from the Go module proxy (harness.nvidia_toolkit), at the release pinned for the
+tests and at 1.19.1 for a toolkit change; it writes the spec from a stand-in driver root of the test's own whose
+NVML is the simulator (so the GPUs, their MIG devices and the driver version come from a scenario file this test
+edits). nvidia-smi, the driver's program, is the stand-in that asks that NVML. The script runs in a mount
+namespace where /proc/driver is the root's (MIG's capability minors). The molecule scenario
+container_toolkit_docker runs the same script through the role and its unit. Where a test needs nvidia-ctk to hang
+or print garbage, a shell script takes its place for that test alone.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
 
 import pytest
+import yaml
 
+from harness.nvidia_toolkit import DriverRoot, toolkit
 from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
 SCRIPT = ROOT / "roles" / "container_toolkit" / "files" / "scv-gpu-cdi-refresh"
 STANDIN = ROOT / "tests" / "molecule" / "standin"
+OLDER_TOOLKIT = "1.19.1"
 
 
 @pytest.fixture
@@ -27,31 +32,33 @@ def host(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     subprocess.run(["gcc", "-O2", "-o", str(bin_dir / "nvidia-smi"), str(STANDIN / "nvidia-smi.c"), "-ldl"], check=True)
+    root = DriverRoot(tmp_path / "driver-root", scenario_path("a100_mig"))
 
     class Host:
-        scenario = tmp_path / "scenario.json"
+        driver = root
+        scenario = root.scenario
         spec = tmp_path / "etc" / "cdi" / "nvidia.yaml"
         state = tmp_path / "var" / "lib" / "scv-gpu" / "cdi.fingerprint"
 
         @staticmethod
-        def toolkit(version):
-            text = (STANDIN / "nvidia-ctk").read_text().replace("@VERSION@", version)
-            (bin_dir / "nvidia-ctk").write_text(text)
-            (bin_dir / "nvidia-ctk").chmod(0o755)
+        def toolkit(version=None):
+            """NVIDIA's nvidia-ctk and CDI hook of ``version`` (None: the pinned release) on the host's PATH."""
+            built = toolkit(version)
+            for name in ("nvidia-ctk", "nvidia-cdi-hook"):       # copies: a test may replace them
+                (bin_dir / name).unlink(missing_ok=True)
+                shutil.copy2(built / name, bin_dir / name)
 
-        @classmethod
-        def edit(cls, change):
-            scenario = json.loads(cls.scenario.read_text())
-            change(scenario)
-            cls.scenario.write_text(json.dumps(scenario))
+        @staticmethod
+        def edit(change):
+            root.edit(change)
 
         @classmethod
         def command(cls, extra, timeout_s=None):
-            env = dict(os.environ, PATH="%s:/usr/bin:/bin" % bin_dir, LD_LIBRARY_PATH=str(SIMULATOR_DIR),
-                       NVMLSIM_CONFIG=str(cls.scenario))
+            env = root.env()
+            env.update(PATH="%s:/usr/sbin:/usr/bin:/sbin:/bin" % bin_dir, LD_LIBRARY_PATH=str(SIMULATOR_DIR))
             if timeout_s is not None:
                 env["SCV_GPU_CDI_TIMEOUT"] = str(timeout_s)
-            return [str(SCRIPT), "--output", str(cls.spec), "--state", str(cls.state)] + list(extra), env
+            return root.namespaced([SCRIPT, "--output", cls.spec, "--state", cls.state] + list(extra)), env
 
         @classmethod
         def refresh(cls, *extra, timeout_s=None):
@@ -63,8 +70,7 @@ def host(tmp_path):
             command, env = cls.command(())
             return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    shutil.copy(scenario_path("a100_mig"), Host.scenario)
-    Host.toolkit("1.17.8")
+    Host.toolkit(OLDER_TOOLKIT)
     return Host
 
 
@@ -74,21 +80,29 @@ def refreshed(host, expected):
     return host.spec.read_text()
 
 
+def devices(text):
+    return {device["name"] for device in yaml.safe_load(text)["devices"]}
+
+
 def test_the_spec_follows_the_driver_the_toolkit_and_the_mig_layout(host):
-    driver = json.loads(host.scenario.read_text())["driverVersion"]
-    assert "libnvidia-ml.so.%s" % driver in refreshed(host, "generated")
+    driver = host.driver.driver_version
+    text = refreshed(host, "generated")
+    assert "libnvidia-ml.so.%s" % driver in text
+    migs = [device["uuid"] for device in json.loads(host.scenario.read_text())["devices"][0]["migDevices"]]
+    assert set(migs) <= devices(text)
     assert oct(host.spec.stat().st_mode & 0o777) == "0o644"
     refreshed(host, "unchanged")
 
-    # a MIG device goes away (the layout changes): the spec is regenerated
+    # a MIG device goes away (the layout changes): the spec is regenerated, and no longer names it
     host.edit(lambda scenario: scenario["devices"][0]["migDevices"].pop())
-    refreshed(host, "generated")
+    text = refreshed(host, "generated")
+    assert migs[-1] not in devices(text) and set(migs[:-1]) <= devices(text)
     refreshed(host, "unchanged")
 
-    host.toolkit("1.18.0")
+    host.toolkit()
     refreshed(host, "generated")
 
-    host.edit(lambda scenario: scenario.update(driverVersion="580.95.05"))
+    host.driver.upgrade("580.95.05")
     check = host.refresh("--check")
     assert check.returncode == 0 and check.stdout.strip() == "would generate"
     assert "libnvidia-ml.so.%s" % driver in host.spec.read_text()         # --check wrote nothing
@@ -116,9 +130,8 @@ def test_no_driver_leaves_the_spec_and_says_so(host):
 def test_a_failing_generate_keeps_the_old_spec(host):
     refreshed(host, "generated")
     before = host.spec.read_text()
-    ctk = host.spec.parent.parent.parent / "bin" / "nvidia-ctk"
-    ctk.write_text("#!/bin/sh\ncase \"$1\" in --version) echo 'NVIDIA Container Toolkit CLI version 9 (stand-in)';;"
-                   " *) echo 'could not load NVML' >&2; exit 1;; esac\n")
+    stand_in(host, "nvidia-ctk", "case \"$1\" in --version) echo 'NVIDIA Container Toolkit CLI version 9 (stand-in)';;"
+                                 " *) echo 'could not load NVML' >&2; exit 1;; esac\n")
     done = host.refresh()
     assert done.returncode == 1 and "left as it was" in done.stderr, done.stdout + done.stderr
     assert host.spec.read_text() == before
@@ -148,7 +161,7 @@ VERSION_ONLY = "case \"$1\" in --version) echo 'NVIDIA Container Toolkit CLI ver
 def test_a_hanging_or_garbage_printing_program_leaves_the_spec(host, program, body, code, message):
     refreshed(host, "generated")
     before = host.spec.read_text()
-    host.toolkit("1.18.0")             # something changed, so a refresh would generate
+    host.toolkit()             # something changed, so a refresh would generate
     stand_in(host, program, body)
     started = time.monotonic()
     done = host.refresh(timeout_s=2)
@@ -173,7 +186,7 @@ def test_a_symlinked_spec_stays_a_symlink_and_its_target_is_replaced(host):
 def test_a_read_only_spec_folder_is_named_and_nothing_is_lost(host):
     refreshed(host, "generated")
     before = host.spec.read_text()
-    host.toolkit("1.18.0")
+    host.toolkit()
     subprocess.run(["chattr", "+i", str(host.spec.parent)], check=True)   # read-only even for root
     try:
         done = host.refresh()

@@ -174,7 +174,7 @@ REFUSALS = {
     "cdi-dirs": (SCENARIO, {"containerd": 'version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n'
                                           '  cdi_spec_dirs = ["/etc/cdi"]\n'},
                  "sets cdi_spec_dirs to ['/etc/cdi'], without /var/run/cdi where the DRA driver writes"),
-    "cdi-stale": (SCENARIO, {"toolkit": "1.18.0"}, "nvidia.yaml is missing or stale (the driver, toolkit or MIG layout "
+    "cdi-stale": (SCENARIO, {"toolkit": "1.19.1"}, "nvidia.yaml is missing or stale (the driver, toolkit or MIG layout "
                                                    "changed since it was generated)"),
     # containerd 2.x runs with its drop-ins merged over the main file: one of them turns CDI off
     "cdi-import": (SCENARIO, {"containerd": 'version = 3\nimports = ["conf.d/*.toml"]\n',
