@@ -6,7 +6,9 @@ NVIDIA's ``nvidia-ctk cdi generate`` reads, and why:
 
 - ``usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver version>``, a copy of the NVML simulator, and its
   ``libnvidia-ml.so.1`` link: nvidia-ctk finds the driver's libraries by the version NVML reports, loads NVML from
-  the driver root, and names both in the spec as mounts.
+  the driver root, and names both in the spec as mounts. The copy carries the root's scenario after its code, so
+  that inside a container, where CDI mounts the library alone, NVML answers for this root's GPUs, and only for
+  those whose device node the container was given (tests/nvml_simulator/README.md).
 - ``libcuda.so.<driver version>``, any shared object: nvidia-ctk refuses to write a spec without it ('failed to
   locate "libcuda.so."'). A one-function library built here serves.
 - ``dev/nvidia<N>`` for each GPU, ``dev/nvidiactl`` and ``dev/nvidia-uvm``, made with mknod: nvidia-ctk puts each
@@ -39,6 +41,7 @@ LIBRARIES = pathlib.Path("usr/lib/x86_64-linux-gnu")
 GPU_MAJOR = 195          # the NVIDIA driver's character device major (nvidia0.., nvidiactl at minor 255)
 UVM_MAJOR = 235          # dynamic on a real host
 CAPS_MAJOR = 236         # nvidia-caps, dynamic too
+EMBEDDED_MARKER = b"\n#nvml-simulator-scenario\n"     # tests/nvml_simulator/README.md
 CUDA_STUB = "int cuInit(unsigned int flags) { (void)flags; return 0; }\n"
 
 
@@ -64,9 +67,7 @@ class DriverRoot:
         self.uuids = [device["uuid"] for device in data["devices"]]
         libraries = self.path / LIBRARIES
         libraries.mkdir(parents=True, exist_ok=True)
-        nvml = libraries / ("libnvidia-ml.so.%s" % self.driver_version)
-        shutil.copyfile(SIMULATOR_DIR / "libnvidia-ml.so.1", nvml)
-        _link(libraries / "libnvidia-ml.so.1", nvml.name)
+        self._write_nvml()
         source = self.path / "cuda-stub.c"
         source.write_text(CUDA_STUB)
         cuda = libraries / ("libcuda.so.%s" % self.driver_version)
@@ -93,12 +94,21 @@ class DriverRoot:
             if not node.exists():
                 os.mknod(node, 0o666 | 0o020000, os.makedev(major, minor))
 
+    def _write_nvml(self):
+        """The simulator with this root's scenario after its code, replacing the library by a rename."""
+        libraries = self.path / LIBRARIES
+        nvml = libraries / ("libnvidia-ml.so.%s" % self.driver_version)
+        partial = libraries / ".libnvidia-ml.partial"
+        partial.write_bytes(SIMULATOR_DIR.joinpath("libnvidia-ml.so.1").read_bytes() + EMBEDDED_MARKER
+                            + self.scenario.read_bytes())
+        partial.rename(nvml)
+        _link(libraries / "libnvidia-ml.so.1", nvml.name)
+
     def upgrade(self, version):
         """The driver at ``version``: its libraries replace the old ones, and NVML reports it."""
         libraries = self.path / LIBRARIES
-        for old in ("libnvidia-ml.so.%s", "libcuda.so.%s"):
-            (libraries / (old % self.driver_version)).rename(libraries / (old % version))
-        _link(libraries / "libnvidia-ml.so.1", "libnvidia-ml.so.%s" % version)
+        (libraries / ("libnvidia-ml.so.%s" % self.driver_version)).unlink()
+        (libraries / ("libcuda.so.%s" % self.driver_version)).rename(libraries / ("libcuda.so.%s" % version))
         _link(libraries / "libcuda.so.1", "libcuda.so.%s" % version)
         self.driver_version = version
         self.edit(lambda scenario: scenario.update(driverVersion=version))
@@ -108,6 +118,7 @@ class DriverRoot:
         data = json.loads(self.scenario.read_text())
         change(data)
         self.scenario.write_text(json.dumps(data))
+        self._write_nvml()
 
     def env(self, base=None):
         """An environment in which NVML is the simulator of this root's GPUs, and nvidia-ctk reads this root."""
@@ -150,8 +161,8 @@ class Bundles:
 
     The root file system holds the program, the C library and an /etc/ld.so.conf (the update-ldcache hook needs
     one); each run gets a fresh copy, since the runtime and its hooks write into the bundle. The process sees the
-    GPUs through the simulator (``root``'s scenario, bind-mounted at the same path) as a process in a container
-    sees the driver: only the GPUs whose /dev/nvidia<minor> the runtime gave it (NVMLSIM_DEV_ROOT=/).
+    GPUs through the driver root's NVML, which the runtime mounts, as a process in a container sees the driver:
+    only the GPUs whose /dev/nvidia<minor> the runtime gave it.
     """
 
     def __init__(self, work, bin_dir, root, config):
@@ -178,11 +189,8 @@ class Bundles:
         assert done.returncode == 0, done.stderr
         spec = json.loads((bundle / "config.json").read_text())
         spec["process"].update(args=["/gpus"], terminal=False)
-        spec["process"]["env"] += ["NVMLSIM_CONFIG=%s" % self.root.scenario, "NVMLSIM_DEV_ROOT=/",
-                                   "NVMLSIM_LATENCY=none"] + list(env)
+        spec["process"]["env"] += ["NVMLSIM_LATENCY=none"] + list(env)
         spec["root"]["readonly"] = False
-        spec["mounts"].append({"destination": str(self.root.scenario), "type": "bind",
-                               "source": str(self.root.scenario), "options": ["rbind", "ro"]})
         spec["mounts"] += [{"destination": inside, "type": "bind", "source": str(outside), "options": ["rbind", "ro"]}
                            for outside, inside in mounts]
         if annotations:

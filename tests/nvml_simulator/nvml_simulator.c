@@ -20,6 +20,7 @@
 #include <nvml.h>
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -370,16 +371,43 @@ static void sim_report_parse_error(const char *path, const char *text, const jpa
     fprintf(stderr, "nvml-simulator: %s:%u:%u: %s\n", path, line, column, p->error);
 }
 
+/* The line after which a library carries its own scenario (see sim_config_path). */
+#define SIM_EMBEDDED_MARKER "\n#nvml-simulator-scenario\n"
+static int sim_embedded;
+
 /* $NVMLSIM_CONFIG, or the path built in with -DNVMLSIM_DEFAULT_CONFIG (the stand-in driver
- * packages of the molecule tests ship the library with a scenario beside it). */
+ * packages of the molecule tests ship the library with a scenario beside it), or else this
+ * library's own file, which then carries its scenario after SIM_EMBEDDED_MARKER: a driver root's
+ * copy answers for its GPUs inside a container, where only the library is mounted. */
 static const char *sim_config_path(void)
 {
     const char *path = getenv("NVMLSIM_CONFIG");
+    Dl_info self;
 #ifdef NVMLSIM_DEFAULT_CONFIG
     if (!path || !*path)
         path = NVMLSIM_DEFAULT_CONFIG;
 #endif
+    sim_embedded = 0;
+    if ((!path || !*path) && dladdr((void *)sim_config_path, &self) && self.dli_fname && *self.dli_fname) {
+        sim_embedded = 1;
+        path = self.dli_fname;
+    }
     return path;
+}
+
+/* Where the scenario starts in `text` (`size` bytes): after the last marker of an embedded one,
+ * which a JSON object follows (the library's own copy of the marker, among its constants, is
+ * followed by a NUL). */
+static char *sim_scenario_start(char *text, size_t size)
+{
+    const size_t marker = sizeof SIM_EMBEDDED_MARKER - 1;
+    char *found = NULL;
+
+    if (!sim_embedded)
+        return text;
+    for (char *at = text; (at = memmem(at, size - (size_t)(at - text), SIM_EMBEDDED_MARKER, marker)); at++)
+        found = at;
+    return found && found[marker] == '{' ? found + marker : NULL;
 }
 
 static int sim_entry_number(const jval *entry, const char *key, long long fallback);
@@ -424,10 +452,17 @@ static nvmlReturn_t sim_load(void)
         fclose(f);
         return NVML_ERROR_MEMORY;
     }
-    text[fread(text, 1, (size_t)st.st_size, f)] = '\0';
+    size_t size = fread(text, 1, (size_t)st.st_size, f);
+    text[size] = '\0';
     fclose(f);
 
-    parser.text = parser.pos = text;
+    char *scenario = sim_scenario_start(text, size);
+    if (!scenario) {
+        fprintf(stderr, "nvml-simulator: NVMLSIM_CONFIG is not set and %s carries no scenario\n", path);
+        free(text);
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    parser.text = parser.pos = scenario;
     parser.error = NULL;
     root = j_parse_value(&parser, 0);
     if (root) {
@@ -443,7 +478,7 @@ static nvmlReturn_t sim_load(void)
         }
     }
     if (!root) {
-        sim_report_parse_error(path, text, &parser);
+        sim_report_parse_error(path, scenario, &parser);
         free(text);
         return NVML_ERROR_UNKNOWN;
     }
@@ -456,6 +491,8 @@ static nvmlReturn_t sim_load(void)
         return NVML_ERROR_UNKNOWN;
     }
     const char *dev_root = getenv("NVMLSIM_DEV_ROOT");
+    if (!dev_root && sim_embedded)
+        dev_root = "/";     /* a library that carries its scenario runs in a container */
     int filtered = dev_root && *dev_root;
     if (filtered && !sim_char_device(dev_root, "nvidiactl")) {
         fprintf(stderr, "nvml-simulator: no %s/dev/nvidiactl: the driver is out of reach\n", dev_root);
