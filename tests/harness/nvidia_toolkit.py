@@ -33,6 +33,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import tomllib
 
 from harness.paths import ROOT, SIMULATOR_DIR
 
@@ -143,6 +144,28 @@ class DriverRoot:
                               timeout=120)
         assert done.returncode == 0, "nvidia-ctk cdi generate failed:\n%s" % done.stderr[-4000:]
         return yaml.safe_load(pathlib.Path(output).read_text())
+
+
+def nvidia_config(bin_dir, path):
+    """The configuration NVIDIA's runtime reads from ``path``, as its own ``nvidia-ctk config`` reports it."""
+    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return tomllib.loads(done.stdout)
+
+
+def host_config(bin_dir, path, spec_dir):
+    """NVIDIA's default file (``nvidia-ctk config default``, what its packages install), with this host's own
+    settings made by ``nvidia-ctk config --set``: its CDI folder, runc underneath, the log beside the file."""
+    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "default", "--output", str(path)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    sets = ["nvidia-container-runtime.modes.cdi.spec-dirs=%s" % spec_dir, "nvidia-container-runtime.runtimes=runc",
+            "nvidia-container-runtime.debug=%s" % path.with_name("nvidia-container-runtime.log")]
+    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path), "--in-place"]
+                          + ["--set=%s" % item for item in sets], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return path
 
 
 def _link(path, target):

@@ -59,15 +59,18 @@ def image_archive(work):
         info.uname = info.gname = ""
         with open(program, "rb") as handle:
             tar.addfile(info, handle)
-    layer_bytes = layer.getvalue()
+    return docker_archive(work / "images.tar", layer.getvalue(), {"Entrypoint": ["/idle"]},
+                          [PAUSE_IMAGE, WORKLOAD_IMAGE])
+
+
+def docker_archive(archive, layer_bytes, config, tags):
+    """``archive``, a docker-archive tar of one layer (a tar's bytes) with the image ``config`` (Entrypoint,
+    Env, ...), tagged ``tags``, for ``ctr images import``; returns its path."""
     config = json.dumps({
-        "architecture": "amd64", "os": "linux",
-        "config": {"Entrypoint": ["/idle"]},
+        "architecture": "amd64", "os": "linux", "config": config,
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer_bytes).hexdigest()]},
     }).encode()
-    manifest = json.dumps([{"Config": "config.json", "RepoTags": [PAUSE_IMAGE, WORKLOAD_IMAGE],
-                            "Layers": ["layer.tar"]}]).encode()
-    archive = work / "images.tar"
+    manifest = json.dumps([{"Config": "config.json", "RepoTags": list(tags), "Layers": ["layer.tar"]}]).encode()
     with tarfile.open(str(archive), mode="w") as tar:
         for name, data in (("layer.tar", layer_bytes), ("config.json", config), ("manifest.json", manifest)):
             info = tarfile.TarInfo(name)
@@ -80,11 +83,15 @@ class Containerd:
     """Debian's containerd with its own configuration, root, state and socket, the test images imported.
 
     ``binary``: another containerd (whose folder holds its runc shim and ``ctr``), such as containerd 2 from
-    tools/containerd/build; ``cdi_spec_dirs``: CDI enabled, with specs read from those folders (containerd 1.7+).
+    tools/containerd/build; ``cdi_spec_dirs``: CDI enabled, with specs read from those folders (containerd 1.7+);
+    ``images``: more docker-archive tars to import; ``environment``: what containerd runs with (its shims and the
+    runtimes they start inherit it); ``pod_network``: pods off the host's network get an interface of their own.
     """
 
-    def __init__(self, work, binary=None, cdi_spec_dirs=()):
+    def __init__(self, work, binary=None, cdi_spec_dirs=(), images=(), environment=None, pod_network=False):
         self.work = pathlib.Path(work)
+        self.images = list(images)          # more docker-archive tars to import
+        self.environment = dict(environment or {})   # for containerd, its shims and the runtimes they run
         self.binary = pathlib.Path(binary) if binary else debian_containerd()
         self.socket = self.work / "containerd.sock"
         self.log = self.work / "containerd.log"
@@ -94,8 +101,20 @@ class Containerd:
             % CNI_PLUGINS)
         cni = self.work / "cni"
         cni.mkdir(parents=True, exist_ok=True)
-        (cni / "10-loopback.conf").write_text(json.dumps(
-            {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}))
+        cni_bin = CNI_PLUGINS
+        if pod_network:
+            # an interface of their own for pods off the host's network, which containerd wants an address on,
+            # made inside the pod's namespace alone (cni-isolated), where no traffic can reach it
+            cni_bin = self.work / "cni-bin"
+            cni_bin.mkdir(exist_ok=True)
+            for plugin in (CNI_PLUGINS / "loopback", pathlib.Path(__file__).with_name("cni-isolated")):
+                if not (cni_bin / plugin.name).exists():
+                    (cni_bin / plugin.name).symlink_to(plugin)
+            (cni / "10-pods.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": "pods", "plugins": [
+                {"type": "cni-isolated", "stateFile": str(self.work / "cni-addresses")}]}))
+        else:
+            (cni / "10-loopback.conf").write_text(json.dumps(
+                {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}))
         self.config = self.work / "containerd.toml"
         # restrict_oom_score_adj: these machines refuse a pod's OOM score below the runtime's own.
         self.config.write_text("\n".join([
@@ -112,7 +131,7 @@ class Containerd:
             '[plugins."io.containerd.grpc.v1.cri".containerd]',
             '  snapshotter = "native"',
             '[plugins."io.containerd.grpc.v1.cri".cni]',
-            '  bin_dir = "%s"' % CNI_PLUGINS,
+            '  bin_dir = "%s"' % cni_bin,
             '  conf_dir = "%s"' % cni,
             ""]))
         if binary:
@@ -124,18 +143,19 @@ class Containerd:
                              '  platform = "linux/amd64"\n  snapshotter = "native"\n')
 
     def start(self):
-        env = dict(os.environ, PATH="%s:%s" % (self.binary.parent, os.environ.get("PATH", "/usr/sbin:/usr/bin")))
+        env = dict(os.environ, PATH="%s:%s" % (self.binary.parent, os.environ.get("PATH", "/usr/sbin:/usr/bin")),
+                   **self.environment)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen([str(self.binary), "--config", str(self.config)], env=env,
                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_until(lambda: self.socket.exists() or self.process.poll() is not None, 30, "containerd's socket", 0.2)
         if self.process.poll() is not None:
             raise AssertionError("containerd exited %s:\n%s" % (self.process.returncode, self.log.read_text()))
-        archive = image_archive(self.work)
-        done = subprocess.run([str(self.binary.parent / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
-                               "images", "import", "--snapshotter", "native", str(archive)],
-                              capture_output=True, text=True, check=False, timeout=120)
-        assert done.returncode == 0, "ctr images import failed:\n%s%s" % (done.stdout, done.stderr)
+        for archive in [image_archive(self.work)] + self.images:
+            done = subprocess.run([str(self.binary.parent / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
+                                   "images", "import", "--snapshotter", "native", str(archive)],
+                                  capture_output=True, text=True, check=False, timeout=120)
+            assert done.returncode == 0, "ctr images import of %s failed:\n%s%s" % (archive, done.stdout, done.stderr)
         return self
 
     def stop(self):

@@ -8,7 +8,6 @@ The molecule scenario container_toolkit_containerd2 runs the same binary as a da
 
 from __future__ import annotations
 
-import pathlib
 import subprocess
 
 import pytest
@@ -17,17 +16,15 @@ from hypothesis import strategies as st
 
 from ansible_collections.scv.gpu.plugins.modules import containerd_runtime
 from harness.containerd import NVIDIA, VALUES, dump, edit_generated
+from harness.containerd import containerd2 as built_containerd2
 from harness.in_process import run_module
-from harness.paths import ROOT
 
 RUNTIME = "io.containerd.cri.v1.runtime"
 
 
 @pytest.fixture(scope="session")
 def containerd2():
-    done = subprocess.run([str(ROOT / "tools" / "containerd" / "build")], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    binary = pathlib.Path(done.stdout.strip().splitlines()[-1]) / "containerd"
+    binary = built_containerd2()
     version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True).stdout
     assert " v2." in version, version
     return binary

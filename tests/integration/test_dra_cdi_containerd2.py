@@ -8,16 +8,14 @@ runs with CDI on and /var/run/cdi among its spec folders.
 
 from __future__ import annotations
 
-import pathlib
-import subprocess
 
 import pytest
 
 from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import scv_gpu_dra_driver_problems
 from ansible_collections.scv.gpu.plugins.modules import containerd_config_info
+from harness.containerd import containerd2 as built_containerd2
 from harness.containerd import dump
 from harness.in_process import run_module
-from harness.paths import ROOT
 
 RUNTIME = '[plugins."io.containerd.cri.v1.runtime"]\n'
 ON, OFF = RUNTIME + "  enable_cdi = true\n", RUNTIME + "  enable_cdi = false\n"
@@ -41,9 +39,7 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def containerd2():
-    done = subprocess.run([str(ROOT / "tools" / "containerd" / "build")], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return pathlib.Path(done.stdout.strip().splitlines()[-1]) / "containerd"
+    return built_containerd2()
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

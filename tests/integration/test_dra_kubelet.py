@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
 
 import pytest
 
@@ -29,6 +28,7 @@ from harness.agent import AgentProcess, pods_on_gpus
 from harness.ansible import recap
 from harness.common import wait_until
 from harness.control_plane import read_object
+from harness.containerd import containerd2
 from harness.controller_manager import ControllerManager
 from harness.dra_host import IMAGE, DraHost
 from harness.dra_plugin import DRIVER, node_slices
@@ -47,13 +47,6 @@ MARK = "scv.gpu/cordoned-by"
 # one H100 with at least 40 GiB, read from what the driver publishes
 H100_40GIB = ("device.attributes['gpu.nvidia.com'].productName.matches('H100') && "
               "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0")
-
-
-def containerd2():
-    """The folder of containerd 2, its runc shim and ctr (tools/containerd/build): containerd with CDI."""
-    done = subprocess.run([str(ROOT / "tools" / "containerd" / "build")], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, "tools/containerd/build failed:\n%s" % done.stderr[-4000:]
-    return pathlib.Path(done.stdout.strip().splitlines()[-1])
 
 
 def play(ansible, host, playbook, variables, *extra):
@@ -91,7 +84,7 @@ def gpu_node(access, ansible, tmp_path_factory):
     DaemonSet and ResourceClaim controllers running."""
     work = tmp_path_factory.mktemp("dra-node")
     cdi = work / "cdi"
-    containerd = Containerd(work, containerd2() / "containerd", [cdi])
+    containerd = Containerd(work, containerd2(), [cdi])
     kubelet = Kubelet(access, work, NODE, containerd)
     scheduler = Scheduler(access, work / "scheduler")
     controllers = ControllerManager(access, work / "controller-manager",

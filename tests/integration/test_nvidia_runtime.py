@@ -17,12 +17,11 @@ configuration (in cdi mode), and none under the role's.
 from __future__ import annotations
 
 import subprocess
-import tomllib
 
 import pytest
 
 from harness.ansible import recap
-from harness.nvidia_toolkit import Bundles, DriverRoot, seen, toolkit
+from harness.nvidia_toolkit import Bundles, DriverRoot, host_config, nvidia_config, seen, toolkit
 from harness.paths import scenario_path
 
 CONTROL = {"nvidiactl", "nvidia-uvm"}
@@ -35,28 +34,6 @@ ROLE_PLAY = """
         name: scv.gpu.container_toolkit
         tasks_from: runtime-config.yml
 """
-
-
-def nvidia_config(bin_dir, path):
-    """The configuration NVIDIA's runtime reads from ``path``, as its own ``nvidia-ctk config`` reports it."""
-    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path)],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    return tomllib.loads(done.stdout)
-
-
-def host_config(bin_dir, path, spec_dir):
-    """NVIDIA's default file (``nvidia-ctk config default``, what its packages install), with this host's own
-    settings made by ``nvidia-ctk config --set``: its CDI folder, runc underneath, the log beside the file."""
-    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "default", "--output", str(path)],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    sets = ["nvidia-container-runtime.modes.cdi.spec-dirs=%s" % spec_dir, "nvidia-container-runtime.runtimes=runc",
-            "nvidia-container-runtime.debug=%s" % path.with_name("nvidia-container-runtime.log")]
-    done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path), "--in-place"]
-                          + ["--set=%s" % item for item in sets], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    return path
 
 
 def cdi_mode(bin_dir, path, spec_dir):
