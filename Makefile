@@ -37,6 +37,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: help
 help:
 	@echo "make demo         site.yml on localhost (simulated GPUs, host stages in check mode) against a local API server"
+	@echo "make demo-pod     a pod given a GPU through NVIDIA's container runtime on a real kubelet (root)"
 	@echo "make test         sanity, lint, unit, integration and molecule tests (what CI runs; times in build/stage-times.txt)"
 	@echo "make test-fresh   .ci/run on a clean clone with every cache moved aside, as on a fresh machine (root)"
 	@echo "make molecule     the molecule scenarios in podman systemd containers (root)"
@@ -101,6 +102,12 @@ cluster-stop: $(VENV_STAMP)
 .PHONY: demo
 demo: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	tools/demo $(DEMO_SCENARIO)
+
+# A pod given a GPU on a real kubelet, through NVIDIA's own container runtime (root).
+.PHONY: demo-pod
+demo-pod: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
+	tools/control-plane/build --kubelet --scheduler --controller-manager >/dev/null
+	PYTHONPATH=$(ROOT)/tests:$(COLLECTIONS) LD_LIBRARY_PATH=$(SIM_DIR) $(VENV)/bin/python -m harness.demo_pod
 
 # --------------------------------------------------------------------- tests
 

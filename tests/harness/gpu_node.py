@@ -1,0 +1,165 @@
+"""A GPU node as the roles' defaults leave it, on a real kubelet: for the container tests and ``make demo-pod``.
+
+- containerd 2 (tools/containerd/build) with runc, and NVIDIA's own nvidia-container-runtime, nvidia-ctk and CDI
+  hook built from the Go module proxy (harness.nvidia_toolkit).
+- The container_toolkit role's own tasks, with their defaults, configure containerd's config.toml (the nvidia
+  runtime, nvidia the default, CDI on) and NVIDIA's config.toml (isolation, cdi mode). The host's own settings,
+  made before the role runs, are kept: the CDI folder and runc underneath.
+- The CDI specification is what NVIDIA's ``nvidia-ctk cdi generate`` writes for the scenario's GPUs from a driver
+  root of the node's own; inside a container, NVML answers for the GPUs whose device nodes it was given.
+- The real kube-scheduler and kube-controller-manager's DaemonSet controller run; the device_plugin role applies
+  its RuntimeClass and NVIDIA's device plugin DaemonSet as it renders them, only the image replaced
+  (harness.gpu_images).
+
+What kube-controller-manager would make and its DaemonSet controller does not (a namespace's default
+ServiceAccount, the kube-root-ca.crt ConfigMap the plugin's token volume reads) is made by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from harness.ansible import recap
+from harness.common import wait_until
+from harness.containerd import containerd2
+from harness.control_plane import read_object
+from harness.controller_manager import ControllerManager
+from harness.gpu_images import DEVICE_PLUGIN_IMAGE, GPUS_IMAGE, container_log, gpu_images
+from harness.nvidia_toolkit import DriverRoot, host_config, seen, toolkit
+from harness.paths import scenario_path
+from harness.real_kubelet import Containerd, Kubelet, running_node
+from harness.scheduler import Scheduler
+
+PLUGIN_NAMESPACE = "gpu-pods-plugin"
+TOOLKIT_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Configure containerd as the role does
+      ansible.builtin.include_role:
+        name: scv.gpu.container_toolkit
+        tasks_from: containerd.yml
+    - name: Configure NVIDIA's runtime as the role does
+      ansible.builtin.include_role:
+        name: scv.gpu.container_toolkit
+        tasks_from: runtime-config.yml
+"""
+PLUGIN_PLAY = "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.device_plugin\n"
+
+
+class GpuNode:
+    """Node ``name`` with ``scenario``'s GPUs in ``work``, joined to ``plane``; ``ansible``: a harness.ansible.Ansible.
+    ``running(namespace)`` is the context in which its plugin serves and pods of ``namespace`` run."""
+
+    def __init__(self, plane, ansible, work, name, scenario="h100_sxm_x8"):
+        self.plane, self.ansible, self.name = plane, ansible, name
+        self.work = pathlib.Path(work)
+        self.bin_dir = toolkit()
+        self.root = DriverRoot(self.work / "driver-root", scenario_path(scenario))
+        spec_dir = self.work / "cdi"
+        self.root.generate(spec_dir / "nvidia.yaml", self.bin_dir)
+        self.runtime_config = host_config(self.bin_dir, self.work / "nvidia-container-runtime.toml", spec_dir)
+        self.containerd = Containerd(self.work, containerd2(), [spec_dir], gpu_images(self.work / "images"),
+                                     {"NVIDIA_CTK_CONFIG_FILE_PATH": str(self.runtime_config)}, pod_network=True)
+        self._configure()
+        self.kubelet = Kubelet(plane, self.work, name, self.containerd)
+
+    def _play(self, text, variables):
+        play = self.work / ("play-%d.yml" % len(list(self.work.glob("play-*.yml"))))
+        play.write_text(text)
+        done = self.ansible.playbook(play, None, "-e", json.dumps(variables))
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def _configure(self):
+        """The container_toolkit role's tasks for containerd and NVIDIA's runtime, with the role's defaults."""
+        done = self._play(TOOLKIT_PLAY, {
+            "container_toolkit_containerd_config": str(self.containerd.config),
+            "container_toolkit_runtime_config": str(self.runtime_config),
+            "container_toolkit_runtime_path": str(self.bin_dir / "nvidia-container-runtime"),
+            "container_toolkit_restart_runtime": False})
+        assert recap(done.stdout)["changed"] == 2, done.stdout
+
+    def plugin_output(self):
+        return "\n".join(line for log in self.kubelet.pod_logs.glob("%s_*/*/*.log" % PLUGIN_NAMESPACE)
+                         for line in log.read_text().splitlines())
+
+    def running(self, namespace):
+        parts = [self.containerd, self.kubelet, Scheduler(self.plane, self.work / "scheduler"),
+                 ControllerManager(self.plane, self.work / "controller-manager", ["daemonset-controller"])]
+        self.plane.kubectl("create", "namespace", PLUGIN_NAMESPACE, check=False)
+        self.plane.kubectl("create", "serviceaccount", "default", "-n", PLUGIN_NAMESPACE, check=False)
+        self.plane.kubectl("create", "configmap", "kube-root-ca.crt", "-n", PLUGIN_NAMESPACE,
+                           "--from-file=ca.crt=%s" % self.plane.state["ca"], check=False)
+        return _Running(self, running_node(self.plane, self.name, namespace, parts))
+
+    def deploy_device_plugin(self):
+        """The device_plugin role for this node, then its GPUs allocatable through the plugin's pod."""
+        self.plane.kubectl("label", "node", self.name, "gpu/nvidia=%s" % "NVIDIA-GPU", "--overwrite")
+        self._play(PLUGIN_PLAY, {
+            "device_plugin_kubeconfig": str(self.plane.admin_kubeconfig), "device_plugin_node_name": self.name,
+            "device_plugin_namespace": PLUGIN_NAMESPACE, "device_plugin_labels": False,
+            "device_plugin_nvidia_image": DEVICE_PLUGIN_IMAGE})
+        wait_until(lambda: self.kubelet.allocatable("nvidia.com/gpu") == str(len(self.root.uuids)), 120,
+                   "nvidia.com/gpu allocatable from the plugin's pod (kubelet log %s)" % self.kubelet.log, 0.5,
+                   log=lambda: "the plugin's output:\n%s" % self.plugin_output())
+
+    def remove_device_plugin(self):
+        self.plane.kubectl("delete", "daemonset", "nvidia-device-plugin-daemonset", "-n", PLUGIN_NAMESPACE,
+                           "--ignore-not-found", check=False)
+        self.plane.kubectl("delete", "pods", "--all", "-n", PLUGIN_NAMESPACE, "--grace-period", "1",
+                           "--timeout", "60s", check=False)
+
+    def pod(self, namespace, name, containers, runtime_class=None):
+        """A pod on this node of GPUS_IMAGE containers: [(name, GPUs asked for, extra environment)]."""
+        spec = {"hostNetwork": False, "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
+                "tolerations": [{"operator": "Exists"}], "nodeSelector": {"kubernetes.io/hostname": self.name},
+                "containers": [{"name": container, "image": GPUS_IMAGE, "imagePullPolicy": "Never",
+                                "env": [{"name": key, "value": value} for key, value in env.items()],
+                                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}
+                               for container, gpus, env in containers]}
+        if runtime_class:
+            spec["runtimeClassName"] = runtime_class
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+    def run_pod(self, manifest, keep=False):
+        """{container: its output lines} of ``manifest`` once it runs and each container has printed; the pod is
+        deleted afterwards unless ``keep``."""
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        self.plane.kubectl("create", "-f", "-", input_text=json.dumps(manifest))
+        try:
+            def running():
+                found = read_object(self.plane, "pod", name, namespace=namespace, missing_ok=True)
+                return found and found["status"].get("phase") == "Running"
+
+            wait_until(running, 90, "pod %s Running (kubelet log %s)" % (name, self.kubelet.log), 0.5)
+            output = {}
+            for container in manifest["spec"]["containers"]:
+                wait_until(lambda c=container["name"]: container_log(self.kubelet, namespace, name, c), 30,
+                           "the output of %s/%s" % (name, container["name"]), 0.2)
+                output[container["name"]] = container_log(self.kubelet, namespace, name, container["name"])
+            return output
+        finally:
+            if not keep:
+                self.plane.kubectl("delete", "pod", name, "-n", namespace, "--grace-period", "1", "--timeout", "60s",
+                                   check=False)
+
+    def views(self, manifest):
+        """{container: (device nodes, NVML's UUIDs)} that ``manifest``'s containers see."""
+        return {container: seen(lines) for container, lines in self.run_pod(manifest).items()}
+
+
+class _Running:
+    def __init__(self, node, context):
+        self.node, self.context = node, context
+
+    def __enter__(self):
+        self.context.__enter__()
+        return self.node
+
+    def __exit__(self, *exc):
+        try:
+            self.node.remove_device_plugin()
+        finally:
+            return self.context.__exit__(*exc)
