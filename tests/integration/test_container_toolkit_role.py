@@ -174,3 +174,59 @@ def test_dev_char_links_module_names_what_is_in_the_way(ansible, tmp_path):
     ok, result = ansible.module({"dev": str(tmp_path / "empty")}, name="scv.gpu.nvidia_dev_char_links")
     assert ok and result["changed"] is False and result["links"] == []
     assert result["message"].startswith("no NVIDIA device node in ")
+
+
+ROLE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  roles:
+    - role: scv.gpu.container_toolkit
+"""
+
+
+@pytest.mark.every_ansible_line
+@pytest.mark.parametrize("version, named", [
+    ("1.17.8-1", ["CVE-2026-24260"]),
+    ("1.16.1-1", ["CVE-2024-0132", "CVE-2025-23266", "CVE-2026-24260"]),
+])
+def test_a_toolkit_with_a_known_container_escape_is_refused_before_anything_changes(ansible, tmp_path, version, named):
+    play = tmp_path / "toolkit.yml"
+    play.write_text(ROLE_PLAY)
+    daemon_json = tmp_path / "daemon.json"
+    done = ansible.playbook(play, None, "-e", json.dumps({
+        "container_toolkit_version": version, "container_toolkit_runtime": "docker",
+        "container_toolkit_docker_daemon_json": str(daemon_json)}))
+    said = " ".join(done.stdout.split())
+    assert done.returncode != 0
+    assert "container_toolkit_version %s predates the fixes of" % version in said
+    assert all(cve in said for cve in named), said
+    assert "Pin 1.19.1 or newer" in said and "https://nvidia.custhelp.com/app/answers/detail/a_id/5850" in said
+    assert "container_toolkit_accept_vulnerable_version: true" in said and "Nothing was changed." in said
+    # after the argument spec, the refusal is the first task: nothing ran before it
+    assert recap(done.stdout)["changed"] == 0 and "Read the host's distribution" not in said, said
+    tasks = [line for line in done.stdout.splitlines() if line.startswith("TASK [")]
+    assert [task.split(" : ", 1)[1].split("]")[0] for task in tasks][1:] == [
+        "Refuse a pinned toolkit release with a known container escape"] * 2, tasks
+    assert not daemon_json.exists()
+
+
+def test_a_current_release_or_no_pin_passes_the_refusal_and_an_accepted_one_warns(ansible, tmp_path):
+    play = tmp_path / "refusal.yml"
+    play.write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: The role's refusal alone
+      ansible.builtin.include_role:
+        name: scv.gpu.container_toolkit
+        tasks_from: refuse-vulnerable.yml
+""")
+    for version in ("", "1.19.1-1", "1.20.2-1", "1.21.0-1"):
+        done = ansible.playbook(play, None, "-e", json.dumps({"container_toolkit_version": version}))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "WARNING" not in done.stdout
+    accepted = ansible.playbook(play, None, "-e", json.dumps({"container_toolkit_version": "1.17.8-1",
+                                                              "container_toolkit_accept_vulnerable_version": True}))
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "WARNING: nvidia-container-toolkit 1.17.8-1 is installed although it predates the fixes of " \
+           "CVE-2026-24260" in " ".join(accepted.stdout.split())
