@@ -76,7 +76,7 @@ class GpuNode:
         """The container_toolkit role's tasks for containerd and NVIDIA's runtime, with the role's defaults."""
         done = self._play(TOOLKIT_PLAY, {
             "container_toolkit_containerd_config": str(self.containerd.config),
-            "container_toolkit_runtime_config": str(self.runtime_config),
+            "container_toolkit_nvidia_config": str(self.runtime_config),
             "container_toolkit_runtime_path": str(self.bin_dir / "nvidia-container-runtime"),
             "container_toolkit_restart_runtime": False})
         assert recap(done.stdout)["changed"] == 2, done.stdout

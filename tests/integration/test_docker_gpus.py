@@ -65,7 +65,7 @@ def docker(ansible, tmp_path_factory):
     play.write_text(PLAY)
     done = ansible.playbook(play, None, "-e", json.dumps({
         "container_toolkit_docker_daemon_json": str(daemon_json), "container_toolkit_docker_validate": "never",
-        "container_toolkit_runtime_config": str(runtime_config),
+        "container_toolkit_nvidia_config": str(runtime_config),
         "container_toolkit_runtime_path": str(bin_dir / "nvidia-container-runtime"),
         "container_toolkit_restart_runtime": False}))
     assert done.returncode == 0, done.stdout + done.stderr

@@ -65,10 +65,10 @@ def role_config(ansible, node, tmp_path_factory):
     before = nvidia_config(bin_dir, path)
     play = work / "play.yml"
     play.write_text(ROLE_PLAY)
-    done = ansible.playbook(play, None, "-e", "container_toolkit_runtime_config=%s" % path)
+    done = ansible.playbook(play, None, "-e", "container_toolkit_nvidia_config=%s" % path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert recap(done.stdout)["changed"] == 1, done.stdout
-    again = ansible.playbook(play, None, "-e", "container_toolkit_runtime_config=%s" % path)
+    again = ansible.playbook(play, None, "-e", "container_toolkit_nvidia_config=%s" % path)
     assert recap(again.stdout)["changed"] == 0, again.stdout
     return path, before, nvidia_config(bin_dir, path)
 
