@@ -142,4 +142,6 @@ def test_drift_reports_a_toolkit_that_is_not_installed_before_its_repository_is(
     done = ansible.playbook("playbooks/drift.yml", "h100_sxm_x8", "-i", hosts, "--tags", "toolkit", "--check")
     report = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 2, report[-2500:]
-    assert "toolkit: the packages differ from the desired version" in report and "\"msg\": \"no drift\"" not in report
+    assert "toolkit: the packages differ from the desired version" in report and "\"msg\": \"no drift\"" not in report, \
+        report[-4000:]
+    assert "NVIDIA runtime config: /etc/nvidia-container-runtime/config.toml differs" in report, report[-4000:]
