@@ -162,4 +162,5 @@ class _Running:
         try:
             self.node.remove_device_plugin()
         finally:
-            return self.context.__exit__(*exc)
+            suppressed = self.context.__exit__(*exc)
+        return suppressed

@@ -220,10 +220,9 @@ class Bundles:
             spec["annotations"] = dict(annotations)
         if privileged:
             # What a privileged container is to the runtime: every capability (runc spec's defaults are few).
-            capabilities = ["CAP_%s" % name for name in ("SYS_ADMIN", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID",
-                                                           "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE",
-                                                           "NET_RAW", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE",
-                                                           "SETFCAP")]
+            names = ("SYS_ADMIN", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+                     "NET_BIND_SERVICE", "NET_RAW", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE", "SETFCAP")
+            capabilities = ["CAP_%s" % name for name in names]
             spec["process"]["capabilities"] = {kind: capabilities for kind in
                                                ("bounding", "effective", "permitted")}
         (bundle / "config.json").write_text(json.dumps(spec))

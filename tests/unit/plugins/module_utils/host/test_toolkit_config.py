@@ -82,8 +82,8 @@ def test_the_read_back_refuses_an_edit_that_went_astray(monkeypatch):
     from ansible_collections.scv.gpu.plugins.module_utils.host import toolkit_config
 
     def astray(text, table, key, value):
-        return text + "\n[elsewhere]\n%s = %s\n" % (key, "true" if value is True else "false" if value is False
-                                                     else '"%s"' % value)
+        literal = "true" if value is True else "false" if value is False else '"%s"' % value
+        return text + "\n[elsewhere]\n%s = %s\n" % (key, literal)
 
     monkeypatch.setattr(toolkit_config, "set_key", astray)
     with pytest.raises(ToolkitConfigError, match="would not give the file plus these settings"):
