@@ -82,11 +82,14 @@ class Ansible:
         assert done.returncode == 0 and results.is_file(), "the calls' play failed:\n%s" % self.last_output
         return [(not result.get("failed", False), result) for result in json.loads(results.read_text())]
 
-    def playbook(self, playbook, scenario, *extra, simulator=True):
+    def playbook(self, playbook, scenario, *extra, simulator=True, wrap=None):
+        """``wrap``: turns the command into the one run (a mount namespace of a driver root's, for one)."""
         command = [
             str(self.venv / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
             "-e", "ansible_python_interpreter=%s" % self.python, str(ROOT / playbook),
         ] + list(extra)
+        if wrap is not None:
+            command = wrap(command)
         return subprocess.run(command, env=self.env(scenario, simulator), capture_output=True, text=True, check=False)
 
 

@@ -4,11 +4,15 @@ driver keeps them in the GPU: each test works on its own copy of a scenario."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 
 import pytest
+import yaml
 
-from harness.paths import scenario_path
+from harness.nvidia_toolkit import DriverRoot, toolkit
+from harness.paths import ROOT, scenario_path
 
 ALL_1G = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
 
@@ -195,3 +199,41 @@ def test_a_mig_parted_file_that_cannot_be_used_is_refused_naming_it(ansible, tmp
     assert not ok and str(config) in result["msg"], result
     assert says in result["msg"] and "Traceback" not in ansible.last_output, result
     assert path.read_bytes() == before
+
+
+ROLE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  roles:
+    - role: scv.gpu.mig_layout
+"""
+
+
+def test_the_role_regenerates_the_cdi_spec_so_that_it_names_the_new_mig_devices(ansible, tmp_path, monkeypatch):
+    """The container_toolkit role's scv-gpu-cdi-refresh, with NVIDIA's nvidia-ctk, from a driver root whose NVML is
+    the GPUs' scenario file, which the layout changes."""
+    path = copy(tmp_path, "h100_mig_empty")
+    root = DriverRoot(tmp_path / "driver-root", path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    subprocess.run(["gcc", "-O2", "-o", str(bin_dir / "nvidia-smi"),
+                    str(ROOT / "tests" / "molecule" / "standin" / "nvidia-smi.c"), "-ldl"], check=True)
+    for name in ("nvidia-ctk", "nvidia-cdi-hook"):
+        shutil.copy2(toolkit() / name, bin_dir / name)
+    for key, value in root.env({}).items():
+        if key != "NVMLSIM_CONFIG":            # the role's GPUs are the scenario file the layout changes
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
+    spec, state = tmp_path / "cdi" / "nvidia.yaml", tmp_path / "cdi.fingerprint"
+    play = tmp_path / "mig.yml"
+    play.write_text(ROLE_PLAY)
+    done = ansible.playbook(play, path, "-e", json.dumps({
+        "mig_layout_entries": ALL_1G, "mig_layout_kubernetes": False,
+        "mig_layout_cdi_refresh": str(ROOT / "roles" / "container_toolkit" / "files" / "scv-gpu-cdi-refresh"),
+        "mig_layout_cdi_spec": str(spec), "mig_layout_cdi_state": str(state)}), wrap=root.namespaced)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Regenerate the CDI specification for the new MIG devices] ***\nchanged" in done.stdout, done.stdout
+    named = {device["name"] for device in yaml.safe_load(spec.read_text())["devices"]}
+    migs = {entry["uuid"] for gpu in json.loads(path.read_text())["devices"] for entry in gpu["migDevices"]
+            if "computeInstanceId" in entry}
+    assert len(migs) == 14 and migs <= named, (migs, named)
