@@ -12,7 +12,8 @@ class ModuleDocFragment:
     Each module gives ``path`` its own default, and ``backup_file`` its own sample.
     """
 
-    DOCUMENTATION = r"""
+    # The file's options and attributes alone, for a module whose file needs no restart (nvidia_runtime_config).
+    EDIT = r"""
 options:
   path:
     description:
@@ -33,6 +34,9 @@ attributes:
   platform:
     support: full
     platforms: posix
+"""
+
+    DOCUMENTATION = EDIT + r"""
 notes:
   - The runtime reads this file only when it starts; restart it after a change (the scv.gpu.container_toolkit
     role's handler does, only when the file changed).

@@ -24,29 +24,12 @@ requirements:
   - Python 3.11 or newer on the managed host (tomllib)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
+  - scv.gpu.runtime_config_file.edit
 notes:
   - The runtime and its hooks read the file each time a container is created; nothing needs a restart.
 options:
   path:
-    description:
-      - The file. It is written only when its content changes, atomically (a temporary file renamed over it),
-        keeping its owner and mode.
-    type: path
     default: /etc/nvidia-container-runtime/config.toml
-  backup:
-    description:
-      - Keep a copy of the previous file, its name stamped with the time, before a change is written.
-      - The copy's name is returned in RV(backup_file).
-    type: bool
-    default: false
   settings:
     description:
       - The keys to set, each named by its table path and key, joined by dots (C(nvidia-container-runtime.mode));
@@ -74,6 +57,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - scv.gpu.runtime_config_file
 path:
   description: The file edited.
   returned: always
@@ -85,9 +70,6 @@ settings:
   type: dict
   sample: {"accept-nvidia-visible-devices-envvar-when-unprivileged": false}
 backup_file:
-  description: The copy of the previous file, when O(backup) is set and the file changed.
-  returned: changed and backup set
-  type: str
   sample: /etc/nvidia-container-runtime/config.toml.1234.2026-11-28@05:00:00~
 """
 
