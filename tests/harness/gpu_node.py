@@ -26,25 +26,13 @@ from harness.containerd import containerd2
 from harness.control_plane import read_object
 from harness.controller_manager import ControllerManager
 from harness.gpu_images import DEVICE_PLUGIN_IMAGE, GPUS_IMAGE, container_log, gpu_images
-from harness.nvidia_toolkit import DriverRoot, host_config, seen, toolkit
+from harness.nvidia_toolkit import DriverRoot, host_config, seen, toolkit, toolkit_tasks_play
 from harness.paths import scenario_path
 from harness.real_kubelet import Containerd, Kubelet, running_node
 from harness.scheduler import Scheduler
 
 PLUGIN_NAMESPACE = "gpu-pods-plugin"
-TOOLKIT_PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Configure containerd as the role does
-      ansible.builtin.include_role:
-        name: scv.gpu.container_toolkit
-        tasks_from: containerd.yml
-    - name: Configure NVIDIA's runtime as the role does
-      ansible.builtin.include_role:
-        name: scv.gpu.container_toolkit
-        tasks_from: runtime-config.yml
-"""
+TOOLKIT_PLAY = toolkit_tasks_play("containerd.yml", "runtime-config.yml")
 PLUGIN_PLAY = "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: scv.gpu.device_plugin\n"
 
 

@@ -146,6 +146,14 @@ class DriverRoot:
         return yaml.safe_load(pathlib.Path(output).read_text())
 
 
+def toolkit_tasks_play(*files):
+    """A play on localhost running the container_toolkit role's ``files`` (containerd.yml, runtime-config.yml, ...)
+    in order, as the role runs them, with its defaults."""
+    tasks = "".join("    - name: The role's %s\n      ansible.builtin.include_role:\n"
+                    "        name: scv.gpu.container_toolkit\n        tasks_from: %s\n" % (name, name) for name in files)
+    return "- hosts: localhost\n  gather_facts: false\n  tasks:\n" + tasks
+
+
 def nvidia_config(bin_dir, path):
     """The configuration NVIDIA's runtime reads from ``path``, as its own ``nvidia-ctk config`` reports it."""
     done = subprocess.run([str(bin_dir / "nvidia-ctk"), "config", "--config-file", str(path)],

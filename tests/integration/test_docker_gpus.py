@@ -22,23 +22,11 @@ from harness.common import wait_until
 from harness.containerd import containerd2
 from harness.control_plane import terminate_group
 from harness.gpu_images import GPUS_IMAGE, gpu_images
-from harness.nvidia_toolkit import DriverRoot, host_config, seen, toolkit
+from harness.nvidia_toolkit import DriverRoot, host_config, seen, toolkit, toolkit_tasks_play
 from harness.paths import ROOT, scenario_path
 
 CONTROL = {"nvidiactl", "nvidia-uvm"}
-PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Configure Docker as the role does
-      ansible.builtin.include_role:
-        name: scv.gpu.container_toolkit
-        tasks_from: docker.yml
-    - name: Configure NVIDIA's runtime as the role does
-      ansible.builtin.include_role:
-        name: scv.gpu.container_toolkit
-        tasks_from: runtime-config.yml
-"""
+PLAY = toolkit_tasks_play("docker.yml", "runtime-config.yml")
 
 
 def built(tool):

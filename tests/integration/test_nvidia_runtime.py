@@ -21,19 +21,11 @@ import subprocess
 import pytest
 
 from harness.ansible import recap
-from harness.nvidia_toolkit import Bundles, DriverRoot, host_config, nvidia_config, seen, toolkit
+from harness.nvidia_toolkit import Bundles, DriverRoot, host_config, nvidia_config, seen, toolkit, toolkit_tasks_play
 from harness.paths import scenario_path
 
 CONTROL = {"nvidiactl", "nvidia-uvm"}
-ROLE_PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Configure NVIDIA's runtime as the role does
-      ansible.builtin.include_role:
-        name: scv.gpu.container_toolkit
-        tasks_from: runtime-config.yml
-"""
+ROLE_PLAY = toolkit_tasks_play("runtime-config.yml")
 
 
 def cdi_mode(bin_dir, path, spec_dir):
