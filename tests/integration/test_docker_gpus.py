@@ -1,4 +1,5 @@
-"""Docker gives a container its GPU through CDI, and nothing from NVIDIA_VISIBLE_DEVICES, under the role's defaults.
+"""Docker gives a container its GPUs through CDI (``--device`` or ``--gpus``), and nothing from NVIDIA_VISIBLE_DEVICES,
+under the role's defaults.
 
 The real dockerd (tools/dockerd/build) with containerd 2, NVIDIA's own runtime, nvidia-ctk and CDI hook (built from
 the Go module proxy) and runc (tools/runc/build: Docker asks for a time namespace, which Debian 12's runc does not
@@ -59,7 +60,8 @@ def docker(ansible, tmp_path_factory):
     assert done.returncode == 0, done.stdout + done.stderr
     dockerd = built("dockerd")
     env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=str(runtime_config),
-               PATH=":".join([built("runc"), dockerd, str(containerd2().parent), os.environ["PATH"]]))
+               # the toolkit's folder, as its package puts nvidia-cdi-hook in /usr/bin: dockerd then turns --gpus into CDI
+               PATH=":".join([built("runc"), dockerd, str(containerd2().parent), str(bin_dir), os.environ["PATH"]]))
     with open(work / "dockerd.log", "wb") as log:
         process = subprocess.Popen([dockerd + "/dockerd", "--config-file", str(daemon_json)], env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
@@ -90,9 +92,16 @@ def test_the_role_made_nvidia_the_default_with_cdi_and_kept_the_hosts_settings(d
     assert config["storage-driver"] == "vfs" and config["bridge"] == "none"
 
 
-def test_a_cdi_device_request_gives_exactly_that_gpu(docker):
+@pytest.mark.parametrize("options", [["--device", "nvidia.com/gpu=3"], ["--gpus", "device=3"]])
+def test_a_cdi_device_request_or_gpus_gives_exactly_that_gpu(docker, options):
     _command, root, _config = docker
-    assert run(docker, "--device", "nvidia.com/gpu=3") == ({"nvidia3"} | CONTROL, [root.uuids[3]])
+    assert run(docker, *options) == ({"nvidia3"} | CONTROL, [root.uuids[3]])
+
+
+def test_gpus_all_gives_every_gpu(docker):
+    _command, root, _config = docker
+    devices, uuids = run(docker, "--gpus", "all")
+    assert uuids == root.uuids and devices == {"nvidia%d" % index for index in range(8)} | CONTROL
 
 
 @pytest.mark.parametrize("options", [
