@@ -7,13 +7,12 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     """What the modules that edit a container runtime's configuration file share: the file (``path``),
-    its backup, check and diff mode, and the restart a change needs.
+    its backup, check and diff mode; and (``RESTART``) the restart a change needs.
 
     Each module gives ``path`` its own default, and ``backup_file`` its own sample.
     """
 
-    # The file's options and attributes alone, for a module whose file needs no restart (nvidia_runtime_config).
-    EDIT = r"""
+    DOCUMENTATION = r"""
 options:
   path:
     description:
@@ -36,7 +35,8 @@ attributes:
     platforms: posix
 """
 
-    DOCUMENTATION = EDIT + r"""
+    # For a runtime that reads its file only when it starts (Docker, containerd); not NVIDIA's runtime.
+    RESTART = r"""
 notes:
   - The runtime reads this file only when it starts; restart it after a change (the scv.gpu.container_toolkit
     role's handler does, only when the file changed).

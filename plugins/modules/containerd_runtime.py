@@ -29,6 +29,7 @@ requirements:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - scv.gpu.runtime_config_file
+  - scv.gpu.runtime_config_file.restart
 options:
   path:
     default: /etc/containerd/config.toml

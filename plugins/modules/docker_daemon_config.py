@@ -43,6 +43,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - scv.gpu.runtime_config_file
+  - scv.gpu.runtime_config_file.restart
   - ansible.builtin.files
 options:
   path:

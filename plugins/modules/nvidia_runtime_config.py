@@ -24,7 +24,7 @@ requirements:
   - Python 3.11 or newer on the managed host (tomllib)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - scv.gpu.runtime_config_file.edit
+  - scv.gpu.runtime_config_file
 notes:
   - The runtime and its hooks read the file each time a container is created; nothing needs a restart.
 options:
