@@ -7,7 +7,7 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     """What the modules that edit a container runtime's configuration file share: the file (``path``),
-    its backup, check and diff mode; and (``RESTART``) the restart a change needs.
+    its backup, check and diff mode. Each module says in its notes whether a change needs a restart.
 
     Each module gives ``path`` its own default, and ``backup_file`` its own sample.
     """
@@ -33,13 +33,6 @@ attributes:
   platform:
     support: full
     platforms: posix
-"""
-
-    # For a runtime that reads its file only when it starts (Docker, containerd); not NVIDIA's runtime.
-    RESTART = r"""
-notes:
-  - The runtime reads this file only when it starts; restart it after a change (the scv.gpu.container_toolkit
-    role's handler does, only when the file changed).
 """
 
     RETURN = r"""

@@ -29,7 +29,9 @@ requirements:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - scv.gpu.runtime_config_file
-  - scv.gpu.runtime_config_file.restart
+notes:
+  - The runtime reads this file only when it starts; restart it after a change (the scv.gpu.container_toolkit
+    role's handler does, only when the file changed).
 options:
   path:
     default: /etc/containerd/config.toml

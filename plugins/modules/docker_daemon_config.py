@@ -43,7 +43,6 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - scv.gpu.runtime_config_file
-  - scv.gpu.runtime_config_file.restart
   - ansible.builtin.files
 options:
   path:
@@ -99,6 +98,8 @@ options:
     elements: path
     default: [/etc/systemd/system, /run/systemd/system, /usr/local/lib/systemd/system, /usr/lib/systemd/system, /lib/systemd/system]
 notes:
+  - The runtime reads this file only when it starts; restart it after a change (the scv.gpu.container_toolkit
+    role's handler does, only when the file changed).
   - The file keeps its indentation and key order; new keys are appended.
 seealso:
   - name: Docker daemon configuration file
