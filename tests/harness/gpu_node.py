@@ -37,10 +37,11 @@ PLUGIN_PLAY = "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: 
 
 
 class GpuNode:
-    """Node ``name`` with ``scenario``'s GPUs in ``work``, joined to ``plane``; ``ansible``: a harness.ansible.Ansible.
+    """Node ``name`` with ``scenario``'s GPUs in ``work``, joined to ``plane``; ``ansible``: a harness.ansible.Ansible;
+    ``containerd``: its binary (containerd 2 by default).
     ``running(namespace)`` is the context in which its plugin serves and pods of ``namespace`` run."""
 
-    def __init__(self, plane, ansible, work, name, scenario="h100_sxm_x8"):
+    def __init__(self, plane, ansible, work, name, scenario="h100_sxm_x8", containerd=None):
         self.plane, self.ansible, self.name = plane, ansible, name
         self.work = pathlib.Path(work)
         self.bin_dir = toolkit()
@@ -48,7 +49,9 @@ class GpuNode:
         spec_dir = self.work / "cdi"
         self.root.generate(spec_dir / "nvidia.yaml", self.bin_dir)
         self.runtime_config = host_config(self.bin_dir, self.work / "nvidia-container-runtime.toml", spec_dir)
-        self.containerd = Containerd(self.work, containerd2(), [spec_dir], gpu_images(self.work / "images"),
+        # containerd 2 unless told otherwise (debian_containerd(): Debian 12's 1.6, which has no CDI of its own)
+        self.containerd = Containerd(self.work, containerd or containerd2(), [spec_dir],
+                                     gpu_images(self.work / "images"),
                                      {"NVIDIA_CTK_CONFIG_FILE_PATH": str(self.runtime_config)}, pod_network=True)
         self._configure()
         self.kubelet = Kubelet(plane, self.work, name, self.containerd)

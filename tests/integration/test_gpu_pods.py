@@ -21,6 +21,7 @@ import json
 
 import pytest
 
+from harness.containerd import debian_containerd
 from harness.gpu_images import container_log
 from harness.gpu_node import PLUGIN_NAMESPACE, GpuNode
 
@@ -29,10 +30,12 @@ NAMESPACE = "gpu-pods"
 CONTROL = {"nvidiactl", "nvidia-uvm"}
 
 
-@pytest.fixture(scope="module")
-def gpu_node(access, ansible, tmp_path_factory):
-    """The node, NVIDIA's device plugin DaemonSet running on it and its GPUs allocatable."""
-    node = GpuNode(access, ansible, tmp_path_factory.mktemp("gpu-pods"), NODE)
+@pytest.fixture(scope="module", params=["containerd-2", "containerd-1.6"])
+def gpu_node(request, access, ansible, tmp_path_factory):
+    """The node, NVIDIA's device plugin DaemonSet running on it and its GPUs allocatable: on containerd 2, and on
+    Debian 12's containerd 1.6, which has no CDI of its own (NVIDIA's runtime injects the devices on both)."""
+    binary = debian_containerd() if request.param == "containerd-1.6" else None
+    node = GpuNode(access, ansible, tmp_path_factory.mktemp("gpu-pods"), NODE, containerd=binary)
     with node.running(NAMESPACE):
         node.deploy_device_plugin()
         yield node
