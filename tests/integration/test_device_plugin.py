@@ -256,6 +256,14 @@ def test_an_unknown_mig_strategy_is_refused_before_anything_runs(ansible, contro
     assert "device_plugin_mig_strategy" in result.stdout and "mixd" in result.stdout
 
 
+def volcano_node(ansible, plane, prefix):
+    """(namespace, node) for a Volcano refusal test: both named ``prefix`` and the ansible line, the Node unlabelled."""
+    name = "%s-%s" % (prefix, suffix(ansible))
+    plane.kubectl("create", "namespace", name, check=False)
+    put_node(plane, name, {})
+    return name, name
+
+
 @pytest.mark.parametrize("content, says", [
     (None, "does not exist"),
     ({"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}, "sets default-runtime to nothing"),
@@ -263,10 +271,7 @@ def test_an_unknown_mig_strategy_is_refused_before_anything_runs(ansible, contro
 ])
 def test_volcano_refuses_a_node_whose_default_runtime_is_not_nvidia(ansible, control_plane, tmp_path, content, says):
     plane = control_plane
-    namespace = "dp-refused-%s" % suffix(ansible)
-    plane.kubectl("create", "namespace", namespace, check=False)
-    node = "dp-refused-%s" % suffix(ansible)
-    put_node(plane, node, {})
+    namespace, node = volcano_node(ansible, plane, "dp-refused")
     daemon_json = tmp_path / "daemon.json"
     if content is not None:
         daemon_json.write_text(json.dumps(content))
@@ -283,10 +288,7 @@ def test_volcano_refuses_a_node_whose_nvidia_runtime_refuses_the_variable(ansibl
     """The plugin hands out GPUs through NVIDIA_VISIBLE_DEVICES only; under container_toolkit's isolation (its
     default) its pods would get none, and turning isolation off is a risk the refusal names."""
     plane = control_plane
-    namespace = "dp-isolated-%s" % suffix(ansible)
-    plane.kubectl("create", "namespace", namespace, check=False)
-    node = "dp-isolated-%s" % suffix(ansible)
-    put_node(plane, node, {})
+    namespace, node = volcano_node(ansible, plane, "dp-isolated")
     daemon_json = tmp_path / "daemon.json"
     daemon_json.write_text(json.dumps({"default-runtime": "nvidia"}))
     runtime_config = tmp_path / "config.toml"
