@@ -557,3 +557,16 @@ def test_a_config_for_a_node_that_does_not_exist_is_an_error(ansible, control_pl
                      device_plugin_labels=False, device_plugin_deploy=False)
     assert done.returncode != 0
     assert "Node no-such-shared-node does not exist" in done.stdout, done.stdout
+
+
+def test_a_runtime_class_name_kubernetes_refuses_is_refused_before_anything_changes(ansible, control_plane, tmp_path):
+    plane = control_plane
+    namespace, node = volcano_node(ansible, plane, "dp-runtime-class")
+    done = run(ansible, tmp_path, plane, "titan_xp", device_plugin_namespace=namespace, device_plugin_node_name=node,
+               device_plugin_runtime_class="NVIDIA_gpu")
+    said = " ".join(done.stdout.split())
+    assert done.returncode != 0
+    assert "device_plugin_runtime_class: 'NVIDIA_gpu'" in said and "Nothing was changed." in said, said
+    assert plane.kubectl("get", "daemonset", "-n", namespace, "nvidia-device-plugin-daemonset",
+                         check=False).returncode != 0
+    assert node_labels(plane, node) == {}
