@@ -43,10 +43,11 @@ def debian_containerd():
     return binary
 
 
-def containerd2():
-    """containerd 2's binary, built once from the pinned module (tools/containerd/build); its folder holds its runc
-    shim and ``ctr``."""
-    done = subprocess.run([str(ROOT / "tools" / "containerd" / "build")], capture_output=True, text=True, check=False)
+def containerd2(release=None):
+    """containerd 2's binary (or ``release`` "1.7"'s), built once from the pinned module (tools/containerd/build);
+    its folder holds its runc shim and ``ctr``."""
+    done = subprocess.run([str(ROOT / "tools" / "containerd" / "build")] + ([release] if release else []),
+                          capture_output=True, text=True, check=False)
     assert done.returncode == 0, "tools/containerd/build failed:\n%s" % done.stderr[-4000:]
     return pathlib.Path(done.stdout.strip().splitlines()[-1]) / "containerd"
 

@@ -21,7 +21,7 @@ import json
 
 import pytest
 
-from harness.containerd import debian_containerd
+from harness.containerd import containerd2, debian_containerd
 from harness.gpu_images import container_log
 from harness.gpu_node import PLUGIN_NAMESPACE, GpuNode
 
@@ -30,11 +30,13 @@ NAMESPACE = "gpu-pods"
 CONTROL = {"nvidiactl", "nvidia-uvm"}
 
 
-@pytest.fixture(scope="module", params=["containerd-2", "containerd-1.6"])
+@pytest.fixture(scope="module", params=["containerd-2", "containerd-1.7", "containerd-1.6"])
 def gpu_node(request, access, ansible, tmp_path_factory):
-    """The node, NVIDIA's device plugin DaemonSet running on it and its GPUs allocatable: on containerd 2, and on
-    Debian 12's containerd 1.6, which has no CDI of its own (NVIDIA's runtime injects the devices on both)."""
-    binary = debian_containerd() if request.param == "containerd-1.6" else None
+    """The node, NVIDIA's device plugin DaemonSet running on it and its GPUs allocatable: on containerd 2 and 1.7
+    (built from the proxy), and on Debian 12's containerd 1.6, which has no CDI of its own (NVIDIA's runtime injects
+    the devices on each)."""
+    binary = {"containerd-1.6": debian_containerd, "containerd-1.7": lambda: containerd2("1.7"),
+              "containerd-2": lambda: None}[request.param]()
     node = GpuNode(access, ansible, tmp_path_factory.mktemp("gpu-pods"), NODE, containerd=binary)
     with node.running(NAMESPACE):
         node.deploy_device_plugin()
