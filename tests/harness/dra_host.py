@@ -14,14 +14,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 
-from harness.nvidia_toolkit import DriverRoot, toolkit
+from harness.nvidia_toolkit import DriverRoot, host_bin, install_toolkit
 from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
 SCRIPT = ROOT / "roles" / "container_toolkit" / "files" / "scv-gpu-cdi-refresh"
-STANDIN = ROOT / "tests" / "molecule" / "standin"
 IMAGE = "registry.example.com/nvidia/dra-driver-nvidia-gpu:v0.4.0"
 # containerd 1.7's config with CDI on (version 2 keeps it off unless enable_cdi says so)
 CONTAINERD_CDI = """version = 2
@@ -54,11 +52,7 @@ class DraHost:
 
     def __init__(self, tmp_path, monkeypatch=None):
         self.root = tmp_path / "host"
-        self.bin = self.root / "bin"
-        self.bin.mkdir(parents=True)
-        subprocess.run(["gcc", "-O2", "-o", str(self.bin / "nvidia-smi"), str(STANDIN / "nvidia-smi.c"), "-ldl"],
-                       check=True)
-        self.toolkit()
+        self.bin = host_bin(self.root / "bin")
         self.refresh = self.root / "scv-gpu-cdi-refresh"
         self.refresh.write_bytes(SCRIPT.read_bytes())
         self.refresh.chmod(0o755)
@@ -90,11 +84,8 @@ class DraHost:
             path.write_text(text)
 
     def toolkit(self, version=None):
-        """NVIDIA's nvidia-ctk and CDI hook of ``version`` (None: the release pinned for the tests), copied."""
-        built = toolkit(version)
-        for name in ("nvidia-ctk", "nvidia-cdi-hook"):
-            (self.bin / name).unlink(missing_ok=True)
-            shutil.copy2(built / name, self.bin / name)
+        """NVIDIA's nvidia-ctk and CDI hook of ``version`` (None: the release pinned for the tests) on the PATH."""
+        install_toolkit(self.bin, version)
 
     def generate_spec(self, scenario):
         """The spec and fingerprint for ``scenario``'s GPUs, as container_toolkit leaves them."""

@@ -18,10 +18,10 @@ import pathlib
 import subprocess
 import tarfile
 
-from harness.nvidia_toolkit import GPUS_PROGRAM
 from harness.paths import ROOT
 from harness.real_kubelet import docker_archive
 
+GPUS_PROGRAM = pathlib.Path(__file__).with_name("gpus.c")
 GPUS_IMAGE = "scv.test/gpus:1"
 DEVICE_PLUGIN_IMAGE = "scv.test/nvidia-device-plugin:1"
 LIBC = {"lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
@@ -53,23 +53,33 @@ def _layer(files, texts):
     return layer.getvalue()
 
 
-def gpu_images(work):
-    """[docker-archive tars] of GPUS_IMAGE and DEVICE_PLUGIN_IMAGE, made in ``work``."""
+LD_SO_CONF = {"etc/ld.so.conf": "/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n"}
+
+
+def gpus_layer(work):
+    """The layer of GPUS_IMAGE (gpus.c's program at /usr/bin/gpus, the C library, /etc/ld.so.conf), compiled in
+    ``work``: also the root file system of harness.nvidia_toolkit's OCI bundles."""
     work = pathlib.Path(work)
     work.mkdir(parents=True, exist_ok=True)
     gpus = work / "gpus"
     subprocess.run(["gcc", "-O2", "-o", str(gpus), str(GPUS_PROGRAM), "-ldl"], check=True, capture_output=True)
+    return _layer(dict(LIBC, **{"usr/bin/gpus": gpus}), LD_SO_CONF)
+
+
+def gpu_images(work):
+    """[docker-archive tars] of GPUS_IMAGE and DEVICE_PLUGIN_IMAGE, made in ``work``."""
+    work = pathlib.Path(work)
+    gpus = gpus_layer(work)
     done = subprocess.run([str(ROOT / "tools" / "device-plugin-image" / "build")], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, "building the tests' device plugin failed:\n%s" % done.stderr[-4000:]
     plugin = pathlib.Path(done.stdout.strip().splitlines()[-1]) / "device-plugin"
-    texts = {"etc/ld.so.conf": "/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n"}
     environment = ["PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=all"]
     return [
-        docker_archive(work / "gpus.tar", _layer(dict(LIBC, **{"usr/bin/gpus": gpus}), texts),
+        docker_archive(work / "gpus.tar", gpus,
                        {"Entrypoint": ["/usr/bin/gpus", "--wait"], "Env": environment}, [GPUS_IMAGE]),
         docker_archive(work / "device-plugin.tar",
-                       _layer(dict(LIBC, **{"usr/bin/nvidia-device-plugin": plugin}), texts),
+                       _layer(dict(LIBC, **{"usr/bin/nvidia-device-plugin": plugin}), LD_SO_CONF),
                        {"Entrypoint": ["/usr/bin/nvidia-device-plugin"], "Env": environment}, [DEVICE_PLUGIN_IMAGE]),
     ]
 

@@ -28,16 +28,20 @@ simulator answers for the scenario named by ``NVMLSIM_CONFIG``, which ``env`` se
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
 import shutil
 import subprocess
+import tarfile
 import tomllib
 
+from harness.gpu_images import gpus_layer
 from harness.paths import ROOT, SIMULATOR_DIR
 
 BUILD = ROOT / "tools" / "nvidia-container-toolkit" / "build"
+NVIDIA_SMI = ROOT / "tests" / "molecule" / "standin" / "nvidia-smi.c"
 LIBRARIES = pathlib.Path("usr/lib/x86_64-linux-gnu")
 GPU_MAJOR = 195          # the NVIDIA driver's character device major (nvidia0.., nvidiactl at minor 255)
 UVM_MAJOR = 235          # dynamic on a real host
@@ -52,6 +56,25 @@ def toolkit(version=None):
     done = subprocess.run([str(BUILD)] + ([version] if version else []), capture_output=True, text=True, check=False)
     assert done.returncode == 0, "building NVIDIA's container toolkit failed:\n%s" % done.stderr[-4000:]
     return pathlib.Path(done.stdout.strip().splitlines()[-1])
+
+
+def install_toolkit(bin_dir, version=None):
+    """NVIDIA's nvidia-ctk and CDI hook of ``version`` (None: the pinned release) copied into ``bin_dir``: copies, so
+    that a test may replace one there without touching the cached build."""
+    built = toolkit(version)
+    for name in ("nvidia-ctk", "nvidia-cdi-hook"):
+        (bin_dir / name).unlink(missing_ok=True)
+        shutil.copy2(built / name, bin_dir / name)
+
+
+def host_bin(bin_dir, version=None):
+    """``bin_dir`` as a GPU host's programs: the driver's nvidia-smi (the stand-in that asks NVML, since the driver's
+    own cannot be built) and NVIDIA's nvidia-ctk and CDI hook; returns it."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["gcc", "-O2", "-o", str(bin_dir / "nvidia-smi"), str(NVIDIA_SMI), "-ldl"], check=True,
+                   capture_output=True)
+    install_toolkit(bin_dir, version)
+    return bin_dir
 
 
 class DriverRoot:
@@ -182,7 +205,6 @@ def _link(path, target):
     path.symlink_to(target)
 
 
-GPUS_PROGRAM = pathlib.Path(__file__).with_name("gpus.c")
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 
 
@@ -190,8 +212,8 @@ class Bundles:
     """OCI bundles in ``work`` whose process is gpus.c's program, run through NVIDIA's nvidia-container-runtime
     (``bin_dir``'s) with the runtime configuration file ``config`` and Debian's runc underneath.
 
-    The root file system holds the program, the C library and an /etc/ld.so.conf (the update-ldcache hook needs
-    one); each run gets a fresh copy, since the runtime and its hooks write into the bundle. The process sees the
+    The root file system is GPUS_IMAGE's layer (harness.gpu_images): the program, the C library and an
+    /etc/ld.so.conf (the update-ldcache hook needs one); each run gets a fresh copy, since the runtime and its hooks write into the bundle. The process sees the
     GPUs through the driver root's NVML, which the runtime mounts, as a process in a container sees the driver:
     only the GPUs whose /dev/nvidia<minor> the runtime gave it.
     """
@@ -199,14 +221,8 @@ class Bundles:
     def __init__(self, work, bin_dir, root, config):
         self.work, self.bin_dir, self.root, self.config = pathlib.Path(work), pathlib.Path(bin_dir), root, config
         self.template = self.work / "rootfs"
-        for folder in ("lib/x86_64-linux-gnu", "lib64", "etc", "usr/lib/x86_64-linux-gnu", "proc", "dev", "sys",
-                       "tmp"):
-            (self.template / folder).mkdir(parents=True, exist_ok=True)
-        subprocess.run(["gcc", "-O2", "-o", str(self.template / "gpus"), str(GPUS_PROGRAM), "-ldl"], check=True,
-                       capture_output=True)
-        shutil.copy2("/lib/x86_64-linux-gnu/libc.so.6", self.template / "lib/x86_64-linux-gnu/libc.so.6")
-        shutil.copy2("/lib64/ld-linux-x86-64.so.2", self.template / "lib64/ld-linux-x86-64.so.2")
-        (self.template / "etc" / "ld.so.conf").write_text("/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n")
+        with tarfile.open(fileobj=io.BytesIO(gpus_layer(self.work / "gpus-image"))) as layer:
+            layer.extractall(self.template, filter="tar")
         self.runs = 0
 
     def run(self, env=(), annotations=None, mounts=(), privileged=False):
@@ -219,7 +235,7 @@ class Bundles:
         done = subprocess.run([RUNC, "spec", "--bundle", str(bundle)], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
         spec = json.loads((bundle / "config.json").read_text())
-        spec["process"].update(args=["/gpus"], terminal=False)
+        spec["process"].update(args=["/usr/bin/gpus"], terminal=False)
         spec["process"]["env"] += ["NVMLSIM_LATENCY=none"] + list(env)
         spec["root"]["readonly"] = False
         spec["mounts"] += [{"destination": inside, "type": "bind", "source": str(outside), "options": ["rbind", "ro"]}

@@ -19,19 +19,16 @@ import time
 import pytest
 import yaml
 
-from harness.nvidia_toolkit import DriverRoot, toolkit
+from harness.nvidia_toolkit import DriverRoot, host_bin, install_toolkit
 from harness.paths import ROOT, SIMULATOR_DIR, scenario_path
 
 SCRIPT = ROOT / "roles" / "container_toolkit" / "files" / "scv-gpu-cdi-refresh"
-STANDIN = ROOT / "tests" / "molecule" / "standin"
 OLDER_TOOLKIT = "1.19.1"
 
 
 @pytest.fixture
 def host(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    subprocess.run(["gcc", "-O2", "-o", str(bin_dir / "nvidia-smi"), str(STANDIN / "nvidia-smi.c"), "-ldl"], check=True)
+    bin_dir = host_bin(tmp_path / "bin", OLDER_TOOLKIT)
     root = DriverRoot(tmp_path / "driver-root", scenario_path("a100_mig"))
 
     class Host:
@@ -43,10 +40,7 @@ def host(tmp_path):
         @staticmethod
         def toolkit(version=None):
             """NVIDIA's nvidia-ctk and CDI hook of ``version`` (None: the pinned release) on the host's PATH."""
-            built = toolkit(version)
-            for name in ("nvidia-ctk", "nvidia-cdi-hook"):       # copies: a test may replace them
-                (bin_dir / name).unlink(missing_ok=True)
-                shutil.copy2(built / name, bin_dir / name)
+            install_toolkit(bin_dir, version)
 
         @staticmethod
         def edit(change):
@@ -70,7 +64,6 @@ def host(tmp_path):
             command, env = cls.command(())
             return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    Host.toolkit(OLDER_TOOLKIT)
     return Host
 
 

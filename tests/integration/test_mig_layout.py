@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 import yaml
 
-from harness.nvidia_toolkit import DriverRoot, toolkit
+from harness.nvidia_toolkit import DriverRoot, host_bin
 from harness.paths import ROOT, scenario_path
 
 ALL_1G = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
@@ -214,12 +213,7 @@ def test_the_role_regenerates_the_cdi_spec_so_that_it_names_the_new_mig_devices(
     the GPUs' scenario file, which the layout changes."""
     path = copy(tmp_path, "h100_mig_empty")
     root = DriverRoot(tmp_path / "driver-root", path)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    subprocess.run(["gcc", "-O2", "-o", str(bin_dir / "nvidia-smi"),
-                    str(ROOT / "tests" / "molecule" / "standin" / "nvidia-smi.c"), "-ldl"], check=True)
-    for name in ("nvidia-ctk", "nvidia-cdi-hook"):
-        shutil.copy2(toolkit() / name, bin_dir / name)
+    bin_dir = host_bin(tmp_path / "bin")
     for key, value in root.env({}).items():
         if key != "NVMLSIM_CONFIG":            # the role's GPUs are the scenario file the layout changes
             monkeypatch.setenv(key, value)
