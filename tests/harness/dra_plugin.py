@@ -10,7 +10,11 @@ published protobufs (generated as ``kubelet_podresources.generate`` generates th
   claim's allocation, writes a CDI spec for the claim's devices of this driver into containerd's CDI
   folder and answers their CDI device IDs; NodeUnprepareResources removes that spec. A device's container edits
   are ``NVIDIA_VISIBLE_DEVICES=<uuid>`` and ``SCV_TEST_DRA_CLAIM=<claim uid>``, proof that preparation reached
-  the container, and a device node ``/dev/nvidia<minor>`` made from the host's ``/dev/null``;
+  the container, and a device node ``/dev/nvidia<minor>`` made from the host's ``/dev/null``. Given the node's
+  CDI spec as NVIDIA's ``nvidia-ctk cdi generate`` wrote it (``node_spec``), a device's edits are instead what
+  NVIDIA's driver gives a claim: that GPU's edits from the spec (its device node, its hooks) and the spec's common
+  ones (control nodes, the driver's libraries, the CDI hook's hooks, ``NVIDIA_VISIBLE_DEVICES=void``), with
+  ``SCV_TEST_DRA_CLAIM``. NVIDIA's driver keeps the common edits in a spec of their own; one spec serves here;
 - the ResourceSlices NVIDIA's plugin published for a scenario (``tests/fixtures/dra/<scenario>.json``), renamed
   to the node (pool = node name) and published with the node's own credentials, once the kubelet has registered
   the plugin (the kubelet deletes the node's slices of drivers not registered).
@@ -71,10 +75,11 @@ class DraPlugin:
     call as ("prepare" | "unprepare", claim uid); ``registered``: set once the kubelet reported registration.
     """
 
-    def __init__(self, plane, kubelet, work, scenario, cdi_dir, edit=None):
+    def __init__(self, plane, kubelet, work, scenario, cdi_dir, edit=None, node_spec=None):
         import grpc
 
         self.plane, self.kubelet, self.scenario, self.edit = plane, kubelet, scenario, edit
+        self.node_spec = node_spec
         self.work, self.cdi_dir = pathlib.Path(work), pathlib.Path(cdi_dir)
         self.dra = generate(self.work / "dra-proto", DRA_PROTO, "draplugin")
         self.registration = generate(self.work / "registration-proto", REGISTRATION_PROTO, "pluginregistration")
@@ -184,18 +189,30 @@ class DraPlugin:
                 "claim %s: pool %s is not this node's" % (claim.name, result["pool"])
             uuid, minor = _uuid_and_minor(self.devices[result["device"]])
             cdi_name = "%s-%s" % (claim.uid, result["device"])
-            cdi_devices.append({"name": cdi_name, "containerEdits": {
-                "env": ["NVIDIA_VISIBLE_DEVICES=%s" % uuid, "SCV_TEST_DRA_CLAIM=%s" % claim.uid],
-                "deviceNodes": [{"path": "/dev/nvidia%d" % minor, "hostPath": "/dev/null"}]}})
+            cdi_devices.append({"name": cdi_name, "containerEdits": self._edits(uuid, minor, claim.uid)})
             answered.append(pb2.Device(request_names=[result["request"]], pool_name=result["pool"],
                                        device_name=result["device"], cdi_device_ids=["%s=%s" % (CDI_KIND, cdi_name)]))
         spec = self.cdi_spec(claim.uid)
         staged = spec.with_suffix(".new")
-        staged.write_text(json.dumps({"cdiVersion": "0.6.0", "kind": CDI_KIND, "devices": cdi_devices}))
+        version = self.node_spec["cdiVersion"] if self.node_spec else "0.6.0"     # the edits' own version
+        staged.write_text(json.dumps({"cdiVersion": version, "kind": CDI_KIND, "devices": cdi_devices}))
         staged.rename(spec)
         with self._lock:
             self.prepared[claim.uid] = [result["device"] for result in results]
         return answered
+
+    def _edits(self, uuid, minor, claim_uid):
+        """The container edits of GPU ``uuid`` (``/dev/nvidia<minor>``) for claim ``claim_uid``."""
+        if self.node_spec is None:
+            return {"env": ["NVIDIA_VISIBLE_DEVICES=%s" % uuid, "SCV_TEST_DRA_CLAIM=%s" % claim_uid],
+                    "deviceNodes": [{"path": "/dev/nvidia%d" % minor, "hostPath": "/dev/null"}]}
+        (device,) = [item for item in self.node_spec["devices"] if item["name"] == uuid]
+        edits = {}
+        for part in (self.node_spec.get("containerEdits", {}), device["containerEdits"],
+                     {"env": ["SCV_TEST_DRA_CLAIM=%s" % claim_uid]}):
+            for key, values in part.items():
+                edits.setdefault(key, []).extend(values)
+        return edits
 
     def _unprepare(self, request, _context):
         pb2 = self.dra[0]

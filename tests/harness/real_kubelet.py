@@ -18,6 +18,7 @@ root directory, so one such node runs at a time on a machine.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -226,7 +227,7 @@ class Kubelet:
         self.work = pathlib.Path(work)
         self.root = self.work / "kubelet"
         self.log = self.work / "kubelet.log"
-        self.process = None
+        self.process = self._lock = None
         self.binary = build_binaries(kubelet=True) / "kubelet"
         self.config = self.work / "kubelet.yaml"
         self.pod_logs = self.work / "pod-logs"     # <namespace>_<pod>_<uid> per pod: how the agent names pods
@@ -248,6 +249,12 @@ class Kubelet:
         return self.root / "pod-resources" / "kubelet.sock"
 
     def start(self):
+        # Every kubelet registers device plugins in the one host folder DEVICE_PLUGINS, whatever its root: a second
+        # test process's kubelet waits here for the first to stop, rather than taking its plugins away.
+        DEVICE_PLUGINS.mkdir(parents=True, exist_ok=True)
+        lock = DEVICE_PLUGINS.parent / ".scv-test-kubelet.lock"
+        self._lock = open(lock, "w", encoding="utf-8")  # pylint: disable=consider-using-with  # held until stop()
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
         self.root.mkdir(parents=True, exist_ok=True)
         command = [str(self.binary), "--config", str(self.config), "--kubeconfig",
                    str(self.plane.node_kubeconfig(self.node)), "--root-dir", str(self.root),
@@ -278,6 +285,9 @@ class Kubelet:
         if self.process:
             terminate_group(self.process.pid)
         unmount_under(self.root)
+        if self._lock:
+            self._lock.close()          # releases the host's kubelet lock
+            self._lock = None
 
 
 class DevicePlugin:

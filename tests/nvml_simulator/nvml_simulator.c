@@ -424,10 +424,36 @@ static int sim_char_device(const char *root, const char *name)
     return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
 }
 
+/* The folder whose dev/ says what the process may reach ($NVMLSIM_DEV_ROOT, or / for a library that
+ * carries its scenario), or NULL when every GPU is reachable. */
+static const char *sim_dev_root;
+
+/* Whether a MIG device (a migDevices entry of the GPU with minor `gpu_minor`) is reachable: with a dev
+ * root, the driver lets a process use a MIG device only through the capability nodes of its GPU instance
+ * and compute instance, /dev/nvidia-caps/nvidia-cap<minor>, numbered as the driver's
+ * /proc/driver/nvidia-caps/mig-minors lists them: config 1, monitor 2, then for each GPU its 15 GPU
+ * instances, each one's access node followed by those of its 8 compute instances. */
+static int sim_mig_reachable(unsigned int gpu_minor, const jval *entry)
+{
+    char name[48];
+    long long gi = sim_entry_number(entry, "gpuInstanceId", -1), ci = sim_entry_number(entry, "computeInstanceId", -1);
+    long long gi_minor = 3 + (long long)gpu_minor * 15 * 9 + gi * 9;
+
+    if (!sim_dev_root)
+        return 1;
+    if (gi < 0 || ci < 0)
+        return 0;
+    snprintf(name, sizeof name, "nvidia-caps/nvidia-cap%lld", gi_minor);
+    if (!sim_char_device(sim_dev_root, name))
+        return 0;
+    snprintf(name, sizeof name, "nvidia-caps/nvidia-cap%lld", gi_minor + 1 + ci);
+    return sim_char_device(sim_dev_root, name);
+}
+
 /* Reads the scenario file; returns NVML_SUCCESS or the error nvmlInit should give.
  * With $NVMLSIM_DEV_ROOT set (/ inside a container), NVML sees what the driver lets a process
- * there see: no driver without <root>/dev/nvidiactl, and only the GPUs whose
- * <root>/dev/nvidia<minor> exists, in scenario order. */
+ * there see: no driver without <root>/dev/nvidiactl, only the GPUs whose <root>/dev/nvidia<minor>
+ * exists, in scenario order, and only the MIG devices whose capability nodes exist (sim_mig_reachable). */
 static nvmlReturn_t sim_load(void)
 {
     const char *path = sim_config_path();
@@ -501,6 +527,7 @@ static nvmlReturn_t sim_load(void)
     }
     sim_unload();
     sim_root = root;
+    sim_dev_root = filtered ? dev_root : NULL;
     sim_device_count = 0;
     unsigned int position = 0;
     for (const jval *d = devices ? devices->child : NULL; d; d = d->next, position++) {
@@ -1513,7 +1540,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
         unsigned int position = 0, seen = 0;
         const jval *entry = j_get(dev.gpu, "migDevices");
         for (entry = entry ? entry->child : NULL; entry; entry = entry->next, position++) {
-            if (!j_get(entry, "computeInstanceId"))
+            if (!j_get(entry, "computeInstanceId") || !sim_mig_reachable(sim_device_minor[dev.index], entry))
                 continue;
             if (seen++ == index)
                 break;
@@ -2641,7 +2668,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t
         }
         for (const jval *e = list ? list->child : NULL; e && position < SIM_MAX_MIG; e = e->next, position++) {
             const jval *mig_id = j_get(e, "uuid");
-            if (mig_id && mig_id->type == J_STR && strcmp(mig_id->str, uuid) == 0 && j_get(e, "computeInstanceId")) {
+            if (mig_id && mig_id->type == J_STR && strcmp(mig_id->str, uuid) == 0 && j_get(e, "computeInstanceId")
+                && sim_mig_reachable(sim_device_minor[i], e)) {
                 *device = (nvmlDevice_t)&sim_mig_handles[i][position];
                 SIM_RETURN(NVML_SUCCESS);
             }
