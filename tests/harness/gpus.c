@@ -2,11 +2,14 @@
  *   dev <name>          each NVIDIA device node under /dev (nvidia0.., nvidiactl, nvidia-uvm, nvidia-caps/..)
  *   nvml <index> <uuid>  each GPU NVML lists, and each MIG device under it as "nvml <index>:<mig> <uuid>"
  *   nvml-error <text>    when libnvidia-ml.so.1 cannot be loaded or initialised
- * and then waits for a signal when given --wait (a pod's container that must keep running). */
+ * and then waits for a signal when given --wait (a pod's container that must keep running).
+ * Given --require N it exits 0 when it found exactly N GPU device nodes (nvidia0..) and NVML listed exactly
+ * N GPUs, 1 otherwise: the workload (N = 1) and the isolation probe (N = 0) of the validation playbook. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -17,6 +20,8 @@ typedef int (*uuid_fn)(void *, char *, unsigned int);
 typedef int (*max_mig_fn)(void *, unsigned int *);
 typedef int (*mig_handle_fn)(void *, unsigned int, void **);
 
+static int gpu_nodes;
+
 static void list_dev(const char *folder, const char *prefix)
 {
     DIR *dir = opendir(folder);
@@ -26,6 +31,8 @@ static void list_dev(const char *folder, const char *prefix)
     while ((entry = readdir(dir)))
         if (strncmp(entry->d_name, "nvidia", 6) == 0) {
             printf("dev %s%s\n", prefix, entry->d_name);
+            if (!*prefix && entry->d_name[6] >= '0' && entry->d_name[6] <= '9')
+                gpu_nodes++;
             if (strcmp(entry->d_name, "nvidia-caps") == 0)
                 list_dev("/dev/nvidia-caps", "nvidia-caps/");
         }
@@ -36,6 +43,7 @@ static void leave(int sig) { (void)sig; _exit(0); }
 
 int main(int argc, char **argv)
 {
+    unsigned int gpus = 0;
     list_dev("/dev", "");
     void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     if (!nvml) {
@@ -47,7 +55,6 @@ int main(int argc, char **argv)
         uuid_fn uuid = (uuid_fn)dlsym(nvml, "nvmlDeviceGetUUID");
         max_mig_fn max_mig = (max_mig_fn)dlsym(nvml, "nvmlDeviceGetMaxMigDeviceCount");
         mig_handle_fn mig_handle = (mig_handle_fn)dlsym(nvml, "nvmlDeviceGetMigDeviceHandleByIndex");
-        unsigned int gpus = 0;
         int status;
         if (!init || !count || !handle || !uuid)
             printf("nvml-error the library lacks the NVML calls\n");
@@ -71,6 +78,13 @@ int main(int argc, char **argv)
         }
     }
     fflush(stdout);
+    if (argc > 2 && strcmp(argv[1], "--require") == 0) {
+        unsigned int wanted = (unsigned int)atoi(argv[2]);
+        int met = gpus == wanted && gpu_nodes == (int)wanted;
+        printf("%s: %d GPU device nodes, %u GPUs from NVML, %u required\n", met ? "pass" : "fail", gpu_nodes, gpus,
+               wanted);
+        return met ? 0 : 1;
+    }
     if (argc > 1 && strcmp(argv[1], "--wait") == 0) {
         signal(SIGTERM, leave);
         signal(SIGINT, leave);

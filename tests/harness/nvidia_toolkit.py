@@ -11,7 +11,8 @@ NVIDIA's ``nvidia-ctk cdi generate`` reads, and why:
   those whose device node the container was given (tests/nvml_simulator/README.md).
 - ``libcuda.so.<driver version>``, any shared object: nvidia-ctk refuses to write a spec without it ('failed to
   locate "libcuda.so."'). A one-function library built here serves.
-- ``dev/nvidia<N>`` for each GPU, ``dev/nvidiactl`` and ``dev/nvidia-uvm``, made with mknod: nvidia-ctk puts each
+- ``dev/nvidia<N>`` for each GPU, ``dev/nvidiactl``, ``dev/nvidia-uvm`` and ``dev/nvidia-uvm-tools``, made
+  with mknod: nvidia-ctk puts each
   GPU's node in its device's edits and the control nodes in the common edits, and leaves out a node it does not
   find. They are made in the test's folder, never under the host's /dev; the GPUs' major is the driver's (195),
   nvidia-uvm's is dynamic on a real host, so any number serves.
@@ -21,6 +22,8 @@ NVIDIA's ``nvidia-ctk cdi generate`` reads, and why:
   ``/dev/nvidia-caps/nvidia-cap<N>`` node), and those nodes. ``namespaced`` runs a command in a mount namespace of
   its own where this root's ``proc-driver`` folder is bind-mounted over /proc/driver: the host's /proc is never
   touched. The file lists every GPU, GPU instance (0 to 14) and compute instance (0 to 7), as the driver's does.
+- ``proc-driver/nvidia/gpus/<bus>/information`` for each GPU, as the driver writes it (its UUID and device
+  minor): the validation's host checks read the driver's own list of its GPUs there.
 
 It warns about every other library a real driver has (Vulkan, X.Org, nvvm); none of them stops it. The
 simulator answers for the scenario named by ``NVMLSIM_CONFIG``, which ``env`` sets, with no modelled latency.
@@ -47,6 +50,12 @@ GPU_MAJOR = 195          # the NVIDIA driver's character device major (nvidia0..
 UVM_MAJOR = 235          # dynamic on a real host
 CAPS_MAJOR = 236         # nvidia-caps, dynamic too
 EMBEDDED_MARKER = b"\n#nvml-simulator-scenario\n"     # tests/nvml_simulator/README.md
+# the device nodes every container given a GPU also gets (nvidia-ctk puts them in the spec's common edits)
+CONTROL_NODES = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+# /proc/driver/nvidia/gpus/<bus>/information, as the driver writes it (the fields the collection reads)
+INFORMATION = ("Model: \t\t %s\nIRQ:   \t\t 0\nGPU UUID: \t %s\nVideo BIOS: \t ??.??.??.??.??\n"
+               "Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t %s\n"
+               "Device Minor: \t %d\nGPU Excluded:\t No\n")
 CUDA_STUB = "int cuInit(unsigned int flags) { (void)flags; return 0; }\n"
 
 
@@ -101,9 +110,15 @@ class DriverRoot:
         self.dev = self.path / "dev"
         self.dev.mkdir(exist_ok=True)
         nodes = [("nvidia%d" % index, GPU_MAJOR, index) for index in range(len(self.uuids))]
-        nodes += [("nvidiactl", GPU_MAJOR, 255), ("nvidia-uvm", UVM_MAJOR, 0)]
+        nodes += [("nvidiactl", GPU_MAJOR, 255), ("nvidia-uvm", UVM_MAJOR, 0), ("nvidia-uvm-tools", UVM_MAJOR, 1)]
         self.proc_driver = self.path / "proc-driver"
         (self.proc_driver / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+        for index, device in enumerate(data["devices"]):
+            bus = device.get("pciBusId", "00000000:%02x:00.0" % (index + 1))[4:].lower()
+            gpu = self.proc_driver / "nvidia" / "gpus" / bus
+            gpu.mkdir(parents=True, exist_ok=True)
+            (gpu / "information").write_text(INFORMATION % (device.get("name", "NVIDIA GPU"), device["uuid"], bus,
+                                                            device.get("minorNumber", index)))
         (self.dev / "nvidia-caps").mkdir(exist_ok=True)
         minors = ["config 1", "monitor 2"]
         for gpu in range(len(self.uuids)):

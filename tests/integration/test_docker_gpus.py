@@ -23,10 +23,10 @@ from harness.common import wait_until
 from harness.containerd import containerd2
 from harness.control_plane import terminate_group
 from harness.gpu_images import GPUS_IMAGE, gpu_images
-from harness.nvidia_toolkit import DriverRoot, host_config, seen, toolkit, toolkit_tasks_play
+from harness.nvidia_toolkit import CONTROL_NODES, DriverRoot, host_config, seen, toolkit, toolkit_tasks_play
 from harness.paths import ROOT, scenario_path
 
-CONTROL = {"nvidiactl", "nvidia-uvm"}
+CONTROL = CONTROL_NODES
 PLAY = toolkit_tasks_play("docker.yml", "runtime-config.yml")
 
 

@@ -22,22 +22,25 @@ import json
 import pytest
 
 from harness.containerd import containerd2, debian_containerd
+from harness.control_plane import read_object
 from harness.gpu_images import container_log
-from harness.gpu_node import PLUGIN_NAMESPACE, GpuNode
+from harness.gpu_node import CRIO, PLUGIN_NAMESPACE, GpuNode
+from harness.nvidia_toolkit import CONTROL_NODES, seen
 
 NODE = "gpu-pods-node"
 NAMESPACE = "gpu-pods"
-CONTROL = {"nvidiactl", "nvidia-uvm"}
+CONTROL = CONTROL_NODES
 
 
-@pytest.fixture(scope="module", params=["containerd-2", "containerd-1.7", "containerd-1.6"])
+@pytest.fixture(scope="module", params=["containerd-2", "containerd-1.7", "containerd-1.6", "cri-o"])
 def gpu_node(request, access, ansible, tmp_path_factory):
     """The node, NVIDIA's device plugin DaemonSet running on it and its GPUs allocatable: on containerd 2 and 1.7
-    (built from the proxy), and on Debian 12's containerd 1.6, which has no CDI of its own (NVIDIA's runtime injects
-    the devices on each)."""
+    (built from the proxy), on Debian 12's containerd 1.6, which has no CDI of its own, and on CRI-O (built from the
+    proxy; NVIDIA's runtime injects the devices on each)."""
     binary = {"containerd-1.6": debian_containerd, "containerd-1.7": lambda: containerd2("1.7"),
-              "containerd-2": lambda: None}[request.param]()
+              "containerd-2": lambda: None, "cri-o": lambda: CRIO}[request.param]()
     node = GpuNode(access, ansible, tmp_path_factory.mktemp("gpu-pods"), NODE, containerd=binary)
+    node.release = request.param
     with node.running(NAMESPACE):
         node.deploy_device_plugin()
         yield node
@@ -49,7 +52,7 @@ def test_the_plugin_pod_loads_nvml_through_the_runtime_class_and_offers_every_gp
     assert plugin["spec"]["containers"][0]["securityContext"].get("privileged") is not True
     lines = container_log(gpu_node.kubelet, PLUGIN_NAMESPACE, plugin["metadata"]["name"], "nvidia-device-plugin-ctr")
     assert [line.split(" ", 1)[1] for line in lines if line.startswith("nvml ")] == gpu_node.root.uuids, lines
-    assert "registered" in lines
+    assert "registered nvidia.com/gpu" in lines
     assert gpu_node.kubelet.allocatable("nvidia.com/gpu") == "8"
 
 
@@ -80,3 +83,32 @@ def test_secure_access_a_second_container_without_a_request_finds_no_gpu(gpu_nod
 def test_the_variable_or_the_runtime_class_without_a_request_gives_no_gpu(gpu_node, runtime_class, env):
     views = gpu_node.views(gpu_node.pod(NAMESPACE, "asks-nothing", [("worker", 0, env)], runtime_class))
     assert views == {"worker": (set(), [])}
+
+
+def test_a_pod_whose_claim_the_dra_driver_prepared_sees_exactly_that_gpu(access, gpu_node):
+    """The claim's CDI devices reach the container through the runtime's own CDI (containerd 1.7 and later), with
+    NVIDIA's runtime as the default in front of runc: the container sees the one GPU the scheduler allocated."""
+    if gpu_node.release == "containerd-1.6":
+        pytest.skip("containerd 1.6 has no CDI of its own, and DRA hands a container its devices only through CDI")
+    plugin = gpu_node.dra_plugin().start()
+    try:
+        access.kubectl("create", "-f", "-", input_text=json.dumps({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "one-gpu", "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]}}}))
+        pod = gpu_node.pod(NAMESPACE, "claimed", [("trainer", "claim", {}), ("sidecar", 0, {})], claim="one-gpu")
+        views = {name: seen(lines) for name, lines in gpu_node.run_pod(pod, keep=True).items()}
+        claim = read_object(access, "resourceclaim", "one-gpu", namespace=NAMESPACE)
+        prepared = [result["device"] for result in claim["status"]["allocation"]["devices"]["results"]]
+        devices, uuids = views["trainer"]
+        gpus = sorted(device for device in devices if device not in CONTROL)
+        assert len(gpus) == 1 and devices == set(gpus) | CONTROL, views
+        assert uuids == [gpu_node.root.uuids[int(gpus[0][len("nvidia"):])]], views
+        assert prepared == ["gpu-%s" % gpus[0][len("nvidia"):]], (prepared, views)
+        assert views["sidecar"] == (set(), []), views
+    finally:
+        for kind, name in (("pod", "claimed"), ("resourceclaim", "one-gpu")):
+            access.kubectl("delete", kind, name, "-n", NAMESPACE, "--ignore-not-found", "--grace-period", "1",
+                           check=False)
+        plugin.stop()

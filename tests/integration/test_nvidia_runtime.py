@@ -21,10 +21,11 @@ import subprocess
 import pytest
 
 from harness.ansible import recap
-from harness.nvidia_toolkit import Bundles, DriverRoot, host_config, nvidia_config, seen, toolkit, toolkit_tasks_play
+from harness.nvidia_toolkit import (
+    CONTROL_NODES, Bundles, DriverRoot, host_config, nvidia_config, seen, toolkit, toolkit_tasks_play)
 from harness.paths import scenario_path
 
-CONTROL = {"nvidiactl", "nvidia-uvm"}
+CONTROL = CONTROL_NODES
 ROLE_PLAY = toolkit_tasks_play("runtime-config.yml")
 
 

@@ -6,8 +6,12 @@
 //   - envvar: NVIDIA_VISIBLE_DEVICES=<UUID,...>;
 //   - volume-mounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices, and for each GPU a
 //     mount of /dev/null at /var/run/nvidia-container-devices/<UUID>.
-// Device IDs are the GPUs' UUIDs. Without NVML it exits 1, as NVIDIA's plugin does by default
-// (fail-on-init-error). It prints "nvml <UUID>" for each GPU it found, then "registered".
+//
+// Device IDs are the GPUs' UUIDs. Under MIG_STRATEGY=mixed a GPU with MIG on offers its MIG
+// devices instead, by their UUIDs, as nvidia.com/mig-<profile> (the profile from the MIG device's
+// name, "... MIG 1g.10gb"), one resource, socket and registration each, as NVIDIA's plugin does.
+// Without NVML it exits 1, as NVIDIA's plugin does by default (fail-on-init-error). It prints
+// "nvml <UUID>" for each device it found, then "registered <resource>" for each resource.
 package main
 
 import (
@@ -16,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -25,11 +30,7 @@ import (
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
-const (
-	resource   = "nvidia.com/gpu"
-	endpoint   = "scv-test-nvidia-gpu.sock"
-	deviceList = "/var/run/nvidia-container-devices"
-)
+const deviceList = "/var/run/nvidia-container-devices"
 
 type plugin struct {
 	api.UnimplementedDevicePluginServer
@@ -81,7 +82,8 @@ func (p *plugin) PreStartContainer(context.Context, *api.PreStartContainerReques
 	return &api.PreStartContainerResponse{}, nil
 }
 
-func gpus() ([]string, error) {
+// devices returns {resource: [UUID]} of the devices NVML lists, under MIG strategy `mig`.
+func devices(mig string) (map[string][]string, error) {
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("failed to initialize NVML: %v", nvml.ErrorString(ret))
 	}
@@ -89,7 +91,7 @@ func gpus() ([]string, error) {
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("nvmlDeviceGetCount: %v", nvml.ErrorString(ret))
 	}
-	var uuids []string
+	found := map[string][]string{}
 	for index := 0; index < count; index++ {
 		device, ret := nvml.DeviceGetHandleByIndex(index)
 		if ret != nvml.SUCCESS {
@@ -99,9 +101,60 @@ func gpus() ([]string, error) {
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("nvmlDeviceGetUUID(%d): %v", index, nvml.ErrorString(ret))
 		}
-		uuids = append(uuids, uuid)
+		current, _, ret := device.GetMigMode()
+		if mig != "mixed" || ret != nvml.SUCCESS || current != nvml.DEVICE_MIG_ENABLE {
+			found["nvidia.com/gpu"] = append(found["nvidia.com/gpu"], uuid)
+			continue
+		}
+		slots, ret := device.GetMaxMigDeviceCount()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvmlDeviceGetMaxMigDeviceCount(%d): %v", index, nvml.ErrorString(ret))
+		}
+		for slot := 0; slot < slots; slot++ {
+			migDevice, ret := device.GetMigDeviceHandleByIndex(slot)
+			if ret == nvml.ERROR_NOT_FOUND {
+				continue
+			}
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("nvmlDeviceGetMigDeviceHandleByIndex(%d, %d): %v", index, slot, nvml.ErrorString(ret))
+			}
+			migUUID, ret := migDevice.GetUUID()
+			name, ret2 := migDevice.GetName()
+			if ret != nvml.SUCCESS || ret2 != nvml.SUCCESS {
+				return nil, fmt.Errorf("MIG device %d of GPU %d: no UUID or name", slot, index)
+			}
+			profile := name[strings.LastIndex(name, " ")+1:]
+			found["nvidia.com/mig-"+profile] = append(found["nvidia.com/mig-"+profile], migUUID)
+		}
 	}
-	return uuids, nil
+	return found, nil
+}
+
+// serve serves `uuids` as `resource` on a socket of its own and registers it with the kubelet.
+func serve(resource string, uuids []string, strategy string) error {
+	endpoint := "scv-test-" + strings.NewReplacer("/", "-", ".", "-").Replace(resource) + ".sock"
+	socket := filepath.Join(api.DevicePluginPath, endpoint)
+	_ = os.Remove(socket)
+	listener, err := net.Listen("unix", socket)
+	if err != nil {
+		return err
+	}
+	server := grpc.NewServer()
+	api.RegisterDevicePluginServer(server, &plugin{uuids: uuids, strategy: strategy})
+	go func() { _ = server.Serve(listener) }()
+
+	connection, err := grpc.NewClient("unix://"+api.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = api.NewRegistrationClient(connection).Register(ctx, &api.RegisterRequest{
+		Version: api.Version, Endpoint: endpoint, ResourceName: resource})
+	if err != nil {
+		return fmt.Errorf("registering %s with the kubelet: %v", resource, err)
+	}
+	return nil
 }
 
 func main() {
@@ -113,38 +166,32 @@ func main() {
 		fmt.Fprintf(os.Stderr, "DEVICE_LIST_STRATEGY %q: this plugin serves envvar and volume-mounts\n", strategy)
 		os.Exit(2)
 	}
-	uuids, err := gpus()
+	mig := os.Getenv("MIG_STRATEGY")
+	if mig != "" && mig != "none" && mig != "mixed" {
+		fmt.Fprintf(os.Stderr, "MIG_STRATEGY %q: this plugin serves none and mixed\n", mig)
+		os.Exit(2)
+	}
+	found, err := devices(mig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, uuid := range uuids {
-		fmt.Printf("nvml %s\n", uuid)
+	resources := make([]string, 0, len(found))
+	for resource := range found {
+		resources = append(resources, resource)
 	}
-	socket := filepath.Join(api.DevicePluginPath, endpoint)
-	_ = os.Remove(socket)
-	listener, err := net.Listen("unix", socket)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	sort.Strings(resources)
+	for _, resource := range resources {
+		for _, uuid := range found[resource] {
+			fmt.Printf("nvml %s\n", uuid)
+		}
 	}
-	server := grpc.NewServer()
-	api.RegisterDevicePluginServer(server, &plugin{uuids: uuids, strategy: strategy})
-	go func() { _ = server.Serve(listener) }()
-
-	connection, err := grpc.NewClient("unix://"+api.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	for _, resource := range resources {
+		if err := serve(resource, found[resource], strategy); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("registered %s\n", resource)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = api.NewRegistrationClient(connection).Register(ctx, &api.RegisterRequest{
-		Version: api.Version, Endpoint: endpoint, ResourceName: resource})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "registering with the kubelet: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Println("registered")
 	select {}
 }

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""A node's pods, their ResourceClaims and PodDisruptionBudgets, and evictions (private).
+"""A node's pods, their ResourceClaims and PodDisruptionBudgets, evictions, and the validation's own pods,
+claims and namespace (private).
 
 Calls go through kubernetes.core's client as ``client.ResourceClient``'s do, and fail as the same
 explained ``ApiError``; an eviction the API server refuses for now (429: a PodDisruptionBudget) is an
@@ -26,6 +27,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import checked
 POD = ApiResource("v1", "Pod", "pods")
 RESOURCE_CLAIM = ApiResource("resource.k8s.io/v1", "ResourceClaim", "resourceclaims")
 DISRUPTION_BUDGET = ApiResource("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+NAMESPACE = ApiResource("v1", "Namespace", "namespaces")
 
 # What an eviction did: the pod is being deleted now; it was gone (or replaced) already; the API server
 # refuses it for now (429), and says why.
@@ -72,8 +74,11 @@ class PodClient(ResourceClient):
 
     def node_exists(self, node):
         """Whether Node ``node`` exists."""
-        nodes = self._other(NODE)
-        return nodes.get(node) is not None
+        return self.node(node) is not None
+
+    def node(self, node):
+        """Node ``node`` as a dict, or None when there is none."""
+        return self._other(NODE).get(node)
 
     def on_node(self, node):
         """Every pod bound to Node ``node``, in all namespaces."""
@@ -129,3 +134,39 @@ class PodClient(ResourceClient):
                 return GONE, None   # the UID precondition failed: a new pod of that name stands there
             raise self._explain(error, "evict", target) from error
         return EVICTED, None
+
+    # ------------------------------------------------------------------ pods of our own (the validation's)
+
+    def create_in(self, namespace, body, check_mode=False):
+        """Creates ``body`` (a Pod) in ``namespace``; the Pod as created."""
+        body = dict(body, metadata=dict(body["metadata"], namespace=namespace))
+        return self._call("create", self._target("Pod", namespace, body["metadata"]["name"]), self.resource.create,
+                          body=body, namespace=namespace, **self._write_options(check_mode)).to_dict()
+
+    def delete_in(self, namespace, name, grace_seconds=0):
+        """Deletes Pod ``namespace/name`` at once (its containers get ``grace_seconds``); False when it was gone."""
+        deleted = self._call_or_missing(False, "delete", self._target("Pod", namespace, name), self.resource.delete,
+                                        name=name, namespace=namespace, grace_period_seconds=grace_seconds)
+        return deleted is not False
+
+    def namespace_exists(self, namespace):
+        return self._other(NAMESPACE).get(checked_name("namespace", namespace)) is not None
+
+    def create_namespace(self, namespace, labels):
+        return self._other(NAMESPACE).create({"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": namespace, "labels": labels}})
+
+    def create_claim(self, namespace, body):
+        """Creates ResourceClaim ``body`` in ``namespace``."""
+        claims = self._other(RESOURCE_CLAIM)
+        body = dict(body, metadata=dict(body["metadata"], namespace=namespace))
+        return claims._call(  # pylint: disable=protected-access
+            "create", self._target("ResourceClaim", namespace, body["metadata"]["name"]), claims.resource.create,
+            body=body, namespace=namespace, **self._write_options(False)).to_dict()
+
+    def delete_claim(self, namespace, name):
+        claims = self._other(RESOURCE_CLAIM)
+        deleted = claims._call_or_missing(  # pylint: disable=protected-access
+            False, "delete", self._target("ResourceClaim", namespace, name), claims.resource.delete,
+            name=name, namespace=namespace)
+        return deleted is not False

@@ -1,0 +1,251 @@
+# Copyright (c) scv.gpu contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What validating a GPU node checks, the pods it runs, and the report it writes (private; pure functions).
+
+A check is a dict: ``node``, ``check`` (a name of CHECKS), ``outcome`` (PASSED, FAILED or SKIPPED) and ``reason``
+(why it failed or was skipped, empty when it passed). Every check is evidence for the requirements of the CNCF
+Kubernetes AI Conformance that CHECKS names.
+"""
+
+from __future__ import annotations
+
+import json
+from xml.sax.saxutils import quoteattr
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+# check: (what it shows, the AI Conformance requirements it is evidence for)
+CHECKS = {
+    "driver": ("the driver is loaded, at the pinned version where one is pinned", ["driver_runtime_management"]),
+    "device_nodes": ("every device node a CUDA program opens exists: nvidiactl, nvidia-uvm, nvidia-uvm-tools and "
+                     "one nvidiaN per GPU", ["driver_runtime_management"]),
+    "dev_char_links": ("each NVIDIA device node has its /dev/char link, which systemd's device cgroup rules need",
+                       ["driver_runtime_management"]),
+    "cdi_spec": ("the CDI specification names every GPU the driver has, and no other", ["driver_runtime_management"]),
+    "runtime_isolation": ("NVIDIA's runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers and takes "
+                          "device lists as volume mounts", ["secure_accelerator_access"]),
+    "workload": ("a pod that asks for one GPU runs the workload image on it and exits 0",
+                 ["driver_runtime_management", "secure_accelerator_access"]),
+    "second_container": ("a second container of the workload pod, which asks for nothing, finds no GPU",
+                         ["secure_accelerator_access"]),
+    "no_request": ("a pod that asks for no GPU finds none, with NVIDIA_VISIBLE_DEVICES=all in its environment",
+                   ["secure_accelerator_access"]),
+}
+REQUIREMENTS = {
+    "secure_accelerator_access": "MUST",
+    "accelerator_metrics": "MUST",
+    "driver_runtime_management": "SHOULD",
+    "gpu_sharing": "SHOULD",
+}
+POD_CHECKS = ("workload", "second_container", "no_request")
+
+
+def check(node, name, failure=None, skipped=None):
+    """The result of check ``name`` on ``node``: failed with ``failure``, skipped with ``skipped``, else passed."""
+    if name not in CHECKS:
+        raise ValueError("unknown check %r" % name)
+    if failure:
+        return {"node": node, "check": name, "outcome": FAILED, "reason": failure}
+    if skipped:
+        return {"node": node, "check": name, "outcome": SKIPPED, "reason": skipped}
+    return {"node": node, "check": name, "outcome": PASSED, "reason": ""}
+
+
+# ------------------------------------------------------------------------------------------------- host
+
+def missing_device_nodes(present, gpu_minors):
+    """The device nodes (names under /dev) a CUDA program needs that ``present`` (a set of names) lacks."""
+    wanted = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"] + ["nvidia%d" % minor for minor in gpu_minors]
+    return [name for name in wanted if name not in present]
+
+
+def cdi_problems(spec, uuids):
+    """What is wrong with a CDI ``spec`` (parsed) for a driver whose GPUs are ``uuids``: [text]."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list):
+        return ["it holds no device list"]
+    named = set()
+    for device in spec["devices"]:
+        if isinstance(device, dict) and isinstance(device.get("name"), str):
+            named.add(device["name"])
+    gpu_names = {name for name in named if name.startswith("GPU-")}
+    problems = ["it lacks GPU %s" % uuid for uuid in uuids if uuid not in named]
+    problems += ["it names GPU %s, which the driver does not have" % name for name in sorted(gpu_names - set(uuids))]
+    return problems
+
+
+def isolation_problems(settings):
+    """What in NVIDIA's runtime ``settings`` ({key: value}, as nvidia_runtime_config reads them) lets a pod reach
+    GPUs it did not ask for: [text]."""
+    problems = []
+    if settings.get("accept-nvidia-visible-devices-envvar-when-unprivileged", True) is not False:
+        problems.append("accept-nvidia-visible-devices-envvar-when-unprivileged is not false: any unprivileged pod "
+                        "that sets NVIDIA_VISIBLE_DEVICES gets those GPUs")
+    if settings.get("accept-nvidia-visible-devices-as-volume-mounts", False) is not True:
+        problems.append("accept-nvidia-visible-devices-as-volume-mounts is not true: the device plugin's volume-mount "
+                        "lists reach no container")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------- pods
+
+NO_GPU_PROBE = ["sh", "-c", 'for node in /dev/nvidia[0-9]*; do if [ -e "$node" ]; then echo "found $node"; exit 1; '
+                'fi; done; echo "no GPU device node"']
+
+
+def validation_pods(node, hostname, run_id, workload, probe, request):
+    """The two pods of a node's validation, as [(check names, body)]:
+
+    - the workload pod: container ``workload`` asks for the GPU (``request``: {"resources": {...}} or a claim) and
+      runs ``workload`` ({"image", "command"}); container ``no-request`` runs ``probe`` and asks for nothing;
+    - the no-request pod: ``probe`` with NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=all set.
+
+    Both tolerate every taint (a cordoned node is validated before it is uncordoned), run once, and are pinned to
+    the node by its ``kubernetes.io/hostname`` label, so that the scheduler places them and allocates claims."""
+    def container(name, spec, env=None, resources=None):
+        # a container that fails leaves the end of its output as its termination message, which the kubelet
+        # reports in the pod's status: no log API needed to say why
+        body = {"name": name, "image": spec["image"], "imagePullPolicy": spec.get("pull_policy") or "IfNotPresent",
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+        if spec.get("command"):
+            body["command"] = list(spec["command"])
+        if env:
+            body["env"] = [{"name": key, "value": value} for key, value in sorted(env.items())]
+        if resources:
+            body["resources"] = resources
+        return body
+
+    def pod(suffix, containers, extra=None):
+        spec = {"restartPolicy": "Never", "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 5,
+                "nodeSelector": {"kubernetes.io/hostname": hostname}, "tolerations": [{"operator": "Exists"}],
+                "containers": containers}
+        spec.update(extra or {})
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "scv-validate-%s-%s" % (run_id, suffix),
+                             "labels": {"app.kubernetes.io/name": "scv-gpu-validation",
+                                        "scv.gpu/validated-node": node[:63]}},
+                "spec": spec}
+
+    everything = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "all"}
+    extra = {}
+    if request.get("claim"):
+        extra["resourceClaims"] = [{"name": "gpu", "resourceClaimName": request["claim"]}]
+        resources = {"claims": [{"name": "gpu"}]}
+    else:
+        resources = {"limits": {request["resource"]: "1"}}
+    return [
+        ({"workload": "workload", "second_container": "no-request"},
+         pod("workload", [container("workload", workload, resources=resources),
+                          container("no-request", probe, env=everything)], extra)),
+        ({"no_request": "probe"}, pod("no-request", [container("probe", probe, env=everything)])),
+    ]
+
+
+def container_outcome(pod, container):
+    """(finished, failure or None) of ``container`` in ``pod`` (a Pod as read)."""
+    status = pod.get("status") or {}
+    for entry in status.get("containerStatuses") or []:
+        if entry.get("name") != container:
+            continue
+        terminated = (entry.get("state") or {}).get("terminated")
+        if terminated:
+            code = terminated.get("exitCode")
+            if code == 0:
+                return True, None
+            said = " ".join((terminated.get("message") or terminated.get("reason") or "").split())[-300:]
+            return True, "container %s exited %s%s" % (container, code, ": %s" % said if said else "")
+        waiting = (entry.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerError",
+                                     "CreateContainerConfigError", "InvalidImageName", "RunContainerError"):
+            return True, "container %s cannot start: %s: %s" % (container, waiting["reason"],
+                                                                 waiting.get("message") or "")
+        return False, None
+    return False, None
+
+
+def pending_reason(pod):
+    """Why ``pod`` has not started yet, from its conditions (the scheduler's message), or ''."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return "not scheduled: %s" % (condition.get("message") or condition.get("reason") or "")
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+def _ordered(results):
+    nodes = sorted({item["node"] for item in results})
+    names = [name for name in CHECKS if any(item["check"] == name for item in results)]
+    found = {(item["node"], item["check"]): item for item in results}
+    return nodes, names, found
+
+
+def table(results):
+    """A Markdown table, a row per node and a column per check, then the reason of every failure."""
+    nodes, names, found = _ordered(results)
+    marks = {PASSED: "pass", FAILED: "FAIL", SKIPPED: "skip"}
+    lines = ["| node | %s |" % " | ".join(names), "| --- |%s" % (" --- |" * len(names))]
+    for node in nodes:
+        lines.append("| %s | %s |" % (node, " | ".join(
+            marks[found[(node, name)]["outcome"]] if (node, name) in found else "-" for name in names)))
+    failures = [item for item in results if item["outcome"] == FAILED]
+    if failures:
+        lines += ["", "Failures:", ""]
+        lines += ["- %s, %s: %s" % (item["node"], item["check"], _one_line(item["reason"])) for item in
+                  sorted(failures, key=lambda item: (item["node"], list(CHECKS).index(item["check"])))]
+    skipped = [item for item in results if item["outcome"] == SKIPPED]
+    if skipped:
+        lines += ["", "Skipped:", ""]
+        lines += ["- %s, %s: %s" % (item["node"], item["check"], _one_line(item["reason"])) for item in
+                  sorted(skipped, key=lambda item: (item["node"], list(CHECKS).index(item["check"])))]
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(text):
+    return " ".join(str(text).split())
+
+
+def junit(results):
+    """JUnit XML: a test suite per node, a test case per check."""
+    nodes, names, found = _ordered(results)
+    failures = sum(1 for item in results if item["outcome"] == FAILED)
+    skipped = sum(1 for item in results if item["outcome"] == SKIPPED)
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>',
+             '<testsuites name="scv.gpu validation" tests="%d" failures="%d" skipped="%d">' % (
+                 len(results), failures, skipped)]
+    for node in nodes:
+        cases = [found[(node, name)] for name in names if (node, name) in found]
+        lines.append('  <testsuite name=%s tests="%d" failures="%d" skipped="%d">' % (
+            quoteattr(node), len(cases), sum(1 for item in cases if item["outcome"] == FAILED),
+            sum(1 for item in cases if item["outcome"] == SKIPPED)))
+        for item in cases:
+            opening = '    <testcase classname=%s name=%s' % (quoteattr(node), quoteattr(item["check"]))
+            if item["outcome"] == PASSED:
+                lines.append(opening + "/>")
+                continue
+            tag = "failure" if item["outcome"] == FAILED else "skipped"
+            lines += [opening + ">", "      <%s message=%s/>" % (tag, quoteattr(_one_line(item["reason"]))),
+                      "    </testcase>"]
+        lines.append("  </testsuite>")
+    lines.append("</testsuites>")
+    return "\n".join(lines) + "\n"
+
+
+def conformance(results):
+    """The JSON evidence: every requirement with its level, whether the checks for it passed on every node (null
+    when no check gave evidence for it), and each check behind it; then what each check shows."""
+    requirements = {}
+    for name, level in REQUIREMENTS.items():
+        evidence = [dict(item) for item in results if name in CHECKS[item["check"]][1]]
+        ran = [item for item in evidence if item["outcome"] != SKIPPED]
+        requirements[name] = {
+            "level": level,
+            # None: no check gave evidence for it (none exists yet, or every one was skipped)
+            "passed": all(item["outcome"] == PASSED for item in ran) if ran else None,
+            "evidence": sorted(evidence, key=lambda item: (item["node"], item["check"])),
+        }
+    document = {"requirements": requirements,
+                "checks": {name: {"shows": shows, "requirements": reqs} for name, (shows, reqs) in CHECKS.items()}}
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,175 @@
+"""playbooks/validate.yml on a real node that the roles built: it passes there, writes its three reports, and fails
+on each fault injected, naming the node and the cause, leaving no pod behind.
+
+The node is harness.gpu_node's: the real kubelet on containerd 2 with runc and NVIDIA's own runtime, configured by
+the container_toolkit role's defaults, a CDI spec that NVIDIA's nvidia-ctk wrote for h100_sxm_x8's GPUs, and NVIDIA's
+device plugin DaemonSet as the device_plugin role renders it. The host checks read the node's driver root (its
+device nodes, the driver's /proc/driver/nvidia/gpus) and a sysfs of its own holding the loaded module's version.
+The workload and the probes are the tests' GPUS_IMAGE: ``gpus --require 1`` exits 0 only when it reaches exactly
+one GPU (its device node and NVML), ``gpus --require 0`` only when it reaches none.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+import yaml
+
+from harness.gpu_images import GPUS_IMAGE
+from harness.gpu_node import GpuNode
+
+NODE = "validate-node"
+NAMESPACE = "validate-workloads"
+VALIDATION_NAMESPACE = "scv-gpu-validation"
+HOST_CHECKS = ["driver", "device_nodes", "dev_char_links", "cdi_spec", "runtime_isolation"]
+POD_CHECKS = ["workload", "second_container", "no_request"]
+
+
+@pytest.fixture(scope="module")
+def node(access, ansible, tmp_path_factory):
+    work = tmp_path_factory.mktemp("validate")
+    gpu_node = GpuNode(access, ansible, work, NODE)
+    sysfs = work / "sysfs"
+    (sysfs / "module" / "nvidia").mkdir(parents=True)
+    (sysfs / "module" / "nvidia" / "version").write_text(gpu_node.root.driver_version + "\n")
+    gpu_node.sysfs = sysfs
+    with gpu_node.running(NAMESPACE):
+        gpu_node.deploy_device_plugin()
+        _make_links(gpu_node)
+        yield gpu_node
+
+
+def _make_links(node):
+    """The /dev/char links the container_toolkit role makes, in the driver root's dev."""
+    done = node.ansible.modules([("scv.gpu.nvidia_dev_char_links", {"dev": str(node.root.dev)})], node.work)
+    assert done[0][0], done
+
+
+def validate(node, tmp_path, extra=None, *arguments):
+    """(ansible-playbook's result, {file name: text} of the report) of validate.yml for the node."""
+    variables = {
+        "scv_gpu_hosts": "localhost", "k8s_node_name": NODE, "scv_gpu_kubeconfig": str(node.plane.admin_kubeconfig),
+        "nvidia_driver_version": node.root.driver_version, "scv_gpu_validation_dest": str(tmp_path / "report"),
+        "scv_gpu_validation_workload_image": GPUS_IMAGE, "scv_gpu_validation_probe_image": GPUS_IMAGE,
+        "scv_gpu_validation_workload_command": ["/usr/bin/gpus", "--require", "1"],
+        "scv_gpu_validation_probe_command": ["/usr/bin/gpus", "--require", "0"],
+        "scv_gpu_validation_image_pull_policy": "Never", "scv_gpu_validation_timeout": 60,
+        "scv_gpu_validation_paths": {"dev": str(node.root.dev), "sysfs": str(node.sysfs),
+                                     "proc_driver": str(node.root.proc_driver),
+                                     "cdi_spec": str(node.spec_dir / "nvidia.yaml"),
+                                     "runtime_config": str(node.runtime_config)}}
+    variables.update(extra or {})
+    done = node.ansible.playbook("playbooks/validate.yml", None, "-e", json.dumps(variables), *arguments)
+    report = tmp_path / "report"
+    files = {path.name: path.read_text() for path in report.iterdir()} if report.is_dir() else {}
+    leftover = node.plane.kubectl("get", "pods", "-n", VALIDATION_NAMESPACE, "-o", "name", check=False).stdout
+    assert not leftover.strip(), "validation pods left behind: %s" % leftover
+    return done, files
+
+
+def outcomes(files):
+    """{check: (outcome, reason)} of the node, from the JUnit report."""
+    suite = ElementTree.fromstring(files["validation.junit.xml"]).find("testsuite")
+    assert suite.get("name") == NODE
+    found = {}
+    for case in suite.findall("testcase"):
+        failure, skipped = case.find("failure"), case.find("skipped")
+        found[case.get("name")] = ("failed", failure.get("message")) if failure is not None else (
+            ("skipped", skipped.get("message")) if skipped is not None else ("passed", ""))
+    return found
+
+
+def test_a_node_the_roles_built_passes_and_the_report_says_so_three_ways(node, tmp_path):
+    done, files = validate(node, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(files) == ["validation.conformance.json", "validation.junit.xml", "validation.md"]
+    assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
+    rows = [line for line in files["validation.md"].splitlines() if line.startswith("| %s |" % NODE)]
+    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 8))], files["validation.md"]
+    evidence = json.loads(files["validation.conformance.json"])["requirements"]
+    assert evidence["secure_accelerator_access"]["passed"] is True
+    assert {item["check"] for item in evidence["secure_accelerator_access"]["evidence"]} == {
+        "runtime_isolation", "workload", "second_container", "no_request"}
+    assert evidence["accelerator_metrics"]["passed"] is None      # no check gives evidence for it yet
+
+    again, files_again = validate(node, tmp_path)
+    assert again.returncode == 0 and files_again == files
+    assert "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout
+
+
+def _fails(node, tmp_path, expected, extra=None):
+    """validate.yml fails, the play's message and the report naming the node and each check in ``expected``
+    ({check: text its reason holds}); returns the outcomes."""
+    done, files = validate(node, tmp_path, extra)
+    assert done.returncode != 0, done.stdout
+    found = outcomes(files)
+    for name, text in expected.items():
+        assert found[name][0] == "failed" and text in found[name][1], (name, found)
+        assert "%s %s:" % (NODE, name) in done.stdout, done.stdout
+    return found
+
+
+def test_a_missing_nvidia_uvm_fails_the_device_node_check(node, tmp_path):
+    uvm = node.root.dev / "nvidia-uvm"
+    uvm.rename(uvm.with_name("nvidia-uvm.away"))
+    try:
+        _fails(node, tmp_path, {"device_nodes": "%s/nvidia-uvm" % node.root.dev})
+    finally:
+        uvm.with_name("nvidia-uvm.away").rename(uvm)
+
+
+def test_a_runtime_that_honours_the_variable_fails_on_the_host_and_in_the_probe_pod(node, tmp_path):
+    config = node.runtime_config
+    saved = config.read_text()
+    config.write_text(saved.replace("accept-nvidia-visible-devices-envvar-when-unprivileged = false",
+                                    "accept-nvidia-visible-devices-envvar-when-unprivileged = true"))
+    assert config.read_text() != saved
+    try:
+        found = _fails(node, tmp_path, {"runtime_isolation": "envvar-when-unprivileged is not false",
+                                        "no_request": "exited 1"})
+        assert "8 GPU device nodes" in found["no_request"][1], found
+    finally:
+        config.write_text(saved)
+
+
+def test_a_cdi_spec_naming_a_gpu_no_longer_there_fails(node, tmp_path):
+    spec_path = node.spec_dir / "nvidia.yaml"
+    saved = spec_path.read_text()
+    spec = yaml.safe_load(saved)
+    gone = "GPU-00000000-dead-4d3c-8b4a-9e8d7c6b5a4f"
+    spec["devices"].append({"name": gone, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia9"}]}})
+    spec_path.write_text(yaml.safe_dump(spec))
+    try:
+        _fails(node, tmp_path, {"cdi_spec": gone})
+    finally:
+        spec_path.write_text(saved)
+
+
+def test_a_workload_that_exits_non_zero_fails_with_its_output(node, tmp_path):
+    _fails(node, tmp_path, {"workload": "exited 1"},
+           {"scv_gpu_validation_workload_command": ["/usr/bin/gpus", "--require", "2"]})
+
+
+def test_without_the_device_plugin_the_workload_is_never_placed(node, tmp_path):
+    node.remove_device_plugin()
+    try:
+        _fails(node, tmp_path, {"workload": "within 15 s"}, {"scv_gpu_validation_timeout": 15})
+    finally:
+        node.deploy_device_plugin()
+
+
+def test_check_mode_starts_no_pod(node, tmp_path):
+    namespace = "scv-gpu-validation-check"
+    done, files = validate(node, tmp_path, {"scv_gpu_validation_namespace": namespace}, "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert files == {}
+    assert node.plane.kubectl("get", "namespace", namespace, check=False).returncode != 0
+
+
+@pytest.fixture(autouse=True)
+def _report_folder(tmp_path):
+    yield
+    shutil.rmtree(tmp_path / "report", ignore_errors=True)
