@@ -11,7 +11,7 @@ module: validation_report
 short_description: Write the report of a GPU node validation - a table, JUnit XML and the AI Conformance evidence
 version_added: 1.1.0
 description:
-  - Writes, in O(dest), the results of M(scv.gpu.host_validate) and M(scv.gpu.node_validate) for every node:
+  - Writes the results of M(scv.gpu.host_validate) and M(scv.gpu.node_validate) for every node in O(dest), as three files.
   - C(validation.md), a table with a row per node and a column per check, then the reason of every failure;
   - C(validation.junit.xml), a test suite per node and a test case per check, which CI systems read;
   - C(validation.conformance.json), each requirement of the CNCF Kubernetes AI Conformance the checks are evidence

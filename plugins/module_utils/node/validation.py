@@ -159,8 +159,8 @@ def container_outcome(pod, container):
         waiting = (entry.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerError",
                                      "CreateContainerConfigError", "InvalidImageName", "RunContainerError"):
-            return True, "container %s cannot start: %s: %s" % (container, waiting["reason"],
-                                                                 waiting.get("message") or "")
+            reason, message = waiting["reason"], waiting.get("message") or ""
+            return True, "container %s cannot start: %s: %s" % (container, reason, message)
         return False, None
     return False, None
 

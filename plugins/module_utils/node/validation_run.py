@@ -100,4 +100,3 @@ def _wait(client, node, namespace, pods, timeout, clock, sleep):
                 results[check_name] = check(node, check_name, failure="pod %s/%s, within %d s: %s" % (
                     namespace, name, timeout, reason))
     return [results[name] for name in POD_CHECKS]
-

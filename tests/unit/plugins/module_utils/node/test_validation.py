@@ -1,0 +1,126 @@
+"""The validation's checks, pods and reports, read back the way their readers read them (an XML parser for JUnit,
+json for the conformance evidence)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
+    FAILED, PASSED, SKIPPED, cdi_problems, check, conformance, container_outcome, isolation_problems, junit,
+    missing_device_nodes, table, validation_pods)
+
+GPU_A, GPU_B = "GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40", "GPU-5a7c0001-1f2e-4d3c-8b4a-9e8d7c6b5a41"
+RESULTS = [
+    check("gpu-b", "workload", failure='container workload exited 1: CUDA error <no device> & "more"'),
+    check("gpu-a", "workload"),
+    check("gpu-a", "no_request"),
+    check("gpu-b", "no_request"),
+    check("gpu-a", "device_nodes", skipped="check mode"),
+]
+
+
+def test_an_unknown_check_is_refused():
+    with pytest.raises(ValueError):
+        check("gpu-a", "workloads")
+
+
+def test_missing_device_nodes_name_uvm_tools_and_the_gpus_by_their_minors():
+    present = {"nvidiactl", "nvidia-uvm", "nvidia0", "nvidia2"}
+    assert missing_device_nodes(present, [0, 2, 3]) == ["nvidia-uvm-tools", "nvidia3"]
+    assert missing_device_nodes(present | {"nvidia-uvm-tools", "nvidia3"}, [0, 2, 3]) == []
+
+
+def test_a_cdi_spec_must_name_every_gpu_and_no_other():
+    spec = {"devices": [{"name": "0"}, {"name": GPU_A}, {"name": "all"}]}
+    assert cdi_problems(spec, [GPU_A]) == []
+    assert cdi_problems(spec, [GPU_A, GPU_B]) == ["it lacks GPU %s" % GPU_B]
+    assert cdi_problems(spec, []) == ["it names GPU %s, which the driver does not have" % GPU_A]
+    assert cdi_problems({"kind": "nvidia.com/gpu"}, [GPU_A]) == ["it holds no device list"]
+    assert cdi_problems(None, [GPU_A]) == ["it holds no device list"]
+
+
+def test_isolation_needs_both_settings_and_nvidias_defaults_have_neither():
+    isolated = {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+                "accept-nvidia-visible-devices-as-volume-mounts": True}
+    assert isolation_problems(isolated) == []
+    assert len(isolation_problems({})) == 2
+    honoured = dict(isolated, **{"accept-nvidia-visible-devices-envvar-when-unprivileged": True})
+    assert ["envvar-when-unprivileged" in problem for problem in isolation_problems(honoured)] == [True]
+    # a string is not the boolean false the runtime needs
+    assert len(isolation_problems(dict(isolated, **{
+        "accept-nvidia-visible-devices-envvar-when-unprivileged": "false"}))) == 1
+
+
+def test_the_workload_pod_asks_for_one_gpu_and_its_second_container_for_nothing():
+    workload = {"image": "cuda-sample", "command": []}
+    probe = {"image": "busybox", "command": ["sh", "-c", "true"], "pull_policy": "Never"}
+    (checks, pod), (other_checks, other) = validation_pods("gpu-a", "host-a", "run1", workload, probe,
+                                                          {"resource": "nvidia.com/gpu"})
+    assert checks == {"workload": "workload", "second_container": "no-request"}
+    assert other_checks == {"no_request": "probe"}
+    first, second = pod["spec"]["containers"]
+    assert first["resources"] == {"limits": {"nvidia.com/gpu": "1"}} and "command" not in first
+    assert "resources" not in second and second["command"] == ["sh", "-c", "true"]
+    assert {item["name"]: item["value"] for item in second["env"]}["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "host-a"}
+    assert pod["spec"]["restartPolicy"] == "Never" and "resourceClaims" not in pod["spec"]
+    assert "resources" not in other["spec"]["containers"][0]
+    claimed = validation_pods("gpu-a", "host-a", "run1", workload, probe, {"claim": "c1"})[0][1]
+    assert claimed["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "c1"}]
+    assert claimed["spec"]["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}
+
+
+@pytest.mark.parametrize("state, expected", [
+    ({"terminated": {"exitCode": 0}}, (True, None)),
+    ({"terminated": {"exitCode": 1, "message": "found /dev/nvidia0\n"}},
+     (True, "container probe exited 1: found /dev/nvidia0")),
+    ({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, (True, "container probe exited 137: OOMKilled")),
+    ({"waiting": {"reason": "ErrImagePull", "message": "not found"}},
+     (True, "container probe cannot start: ErrImagePull: not found")),
+    ({"waiting": {"reason": "ContainerCreating"}}, (False, None)),
+    ({"running": {}}, (False, None)),
+])
+def test_a_containers_outcome(state, expected):
+    pod = {"status": {"containerStatuses": [{"name": "other", "state": {"running": {}}},
+                                            {"name": "probe", "state": state}]}}
+    assert container_outcome(pod, "probe") == expected
+
+
+def test_the_table_has_a_row_per_node_and_a_column_per_check_then_every_failure():
+    text = table(RESULTS)
+    assert text.splitlines()[:4] == [
+        "| node | device_nodes | workload | no_request |",
+        "| --- | --- | --- | --- |",
+        "| gpu-a | skip | pass | pass |",
+        "| gpu-b | - | FAIL | pass |"]
+    assert '- gpu-b, workload: container workload exited 1: CUDA error <no device> & "more"' in text
+    assert "- gpu-a, device_nodes: check mode" in text
+
+
+def test_junit_is_xml_with_a_suite_per_node_and_a_case_per_check():
+    root = ElementTree.fromstring(junit(RESULTS))
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("5", "1", "1")
+    suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
+    assert sorted(suites) == ["gpu-a", "gpu-b"]
+    failed = suites["gpu-b"].find("testcase[@name='workload']/failure")
+    assert failed.get("message") == 'container workload exited 1: CUDA error <no device> & "more"'
+    assert suites["gpu-a"].find("testcase[@name='device_nodes']/skipped").get("message") == "check mode"
+    assert suites["gpu-a"].find("testcase[@name='workload']").find("failure") is None
+
+
+def test_the_conformance_evidence_maps_each_requirement_to_its_checks():
+    evidence = json.loads(conformance(RESULTS))
+    secure = evidence["requirements"]["secure_accelerator_access"]
+    assert secure["level"] == "MUST" and secure["passed"] is False
+    assert [(item["node"], item["check"], item["outcome"]) for item in secure["evidence"]] == [
+        ("gpu-a", "no_request", PASSED), ("gpu-a", "workload", PASSED), ("gpu-b", "no_request", PASSED),
+        ("gpu-b", "workload", FAILED)]
+    assert evidence["requirements"]["accelerator_metrics"] == {"level": "MUST", "passed": None, "evidence": []}
+    only_skipped = json.loads(conformance([check("gpu-a", "device_nodes", skipped="check mode")]))
+    assert only_skipped["requirements"]["driver_runtime_management"]["passed"] is None
+    passing = json.loads(conformance([check("gpu-a", "workload"), check("gpu-a", "no_request")]))
+    assert passing["requirements"]["secure_accelerator_access"]["passed"] is True
+    assert SKIPPED not in json.dumps(passing["requirements"])
