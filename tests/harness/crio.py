@@ -191,9 +191,9 @@ class CriO:
         return policy
 
     def _load(self, archive):
-        done = subprocess.run([self.podman] + self.storage + ["--tmpdir", str(self.state / "podman"),
-                                                               "load", "--input", str(archive)],
-                              capture_output=True, text=True, check=False, timeout=120)
+        command = [self.podman] + self.storage + ["--tmpdir", str(self.state / "podman"), "load", "--input",
+                                                  str(archive)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
         assert done.returncode == 0, "podman load of %s failed:\n%s%s" % (archive, done.stdout, done.stderr)
 
     def start(self):

@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 import yaml
 
+from harness.common import wait_until
 from harness.gpu_images import GPUS_IMAGE
 from harness.gpu_node import GpuNode
 
@@ -159,6 +160,24 @@ def test_without_the_device_plugin_the_workload_is_never_placed(node, tmp_path):
         _fails(node, tmp_path, {"workload": "within 15 s"}, {"scv_gpu_validation_timeout": 15})
     finally:
         node.deploy_device_plugin()
+
+
+def test_a_dra_node_is_validated_through_a_resource_claim(node, tmp_path):
+    """With gpu_stack dra, the workload pod uses a ResourceClaim for one device of class gpu.nvidia.com, which the
+    scheduler allocates and the node's DRA plugin prepares from the node's CDI spec; the claim is deleted after."""
+    plugin = node.dra_plugin().start()
+    try:
+        done, files = validate(node, tmp_path, {"gpu_stack": "dra"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
+        prepared = [uid for verb, uid in plugin.calls if verb == "prepare"]
+        assert len(prepared) == 1, plugin.calls
+        # the kubelet unprepares a claim once the pod that used it is gone
+        wait_until(lambda: ("unprepare", prepared[0]) in plugin.calls, 60, "the claim unprepared", 0.5)
+        claims = node.plane.kubectl("get", "resourceclaims", "-n", VALIDATION_NAMESPACE, "-o", "name").stdout
+        assert not claims.strip(), claims
+    finally:
+        plugin.stop()
 
 
 def test_check_mode_starts_no_pod(node, tmp_path):
