@@ -86,7 +86,7 @@ RETURN = r"""
 checks:
   description:
     - One entry per check, in the order C(driver), C(device_nodes), C(dev_char_links), C(cdi_spec),
-      C(runtime_isolation). RV(checks[].outcome) is V(passed), V(failed) or V(skipped), RV(checks[].reason) says why
+      C(runtime_isolation). C(outcome) is V(passed), V(failed) or V(skipped), C(reason) says why
       a check failed or was skipped (the file or device node, and what to do).
   returned: always
   type: list
@@ -114,7 +114,7 @@ gpus:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
-from ansible_collections.scv.gpu.plugins.module_utils.host.validation_host import driver_gpus, host_checks
+from ansible_collections.scv.gpu.plugins.module_utils.node.validation_host import driver_gpus, host_checks
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import FAILED
 
 

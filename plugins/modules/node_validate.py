@@ -20,7 +20,7 @@ description:
     its environment, as CUDA base images set them. It must find no GPU.
   - These are the three cases of the secure accelerator access test of the CNCF Kubernetes AI Conformance.
   - Every pod and claim it made is deleted before it returns, whatever the outcome.
-  - It changes nothing that stays, and reports RV(changed=false). A failed check is a result, not a module
+  - It changes nothing that stays, and reports C(changed=false). A failed check is a result, not a module
     failure; M(scv.gpu.validation_report) writes the report and fails the play.
 author:
   - scv.gpu contributors (!UNKNOWN)
@@ -110,7 +110,7 @@ RETURN = r"""
 checks:
   description:
     - One entry per check, in the order C(workload), C(second_container), C(no_request).
-    - O(name) as RV(checks[].node); RV(checks[].outcome) is V(passed), V(failed) or V(skipped); RV(checks[].reason)
+    - O(name) as C(node); C(outcome) is V(passed), V(failed) or V(skipped); C(reason)
       says why a check failed (the container's exit code and the end of its output, the scheduler's message, the
       timeout) or was skipped, and is empty when it passed.
   returned: always

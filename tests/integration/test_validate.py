@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 import pytest
 import yaml

@@ -4,7 +4,7 @@ json for the conformance evidence)."""
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 import pytest
 
@@ -57,8 +57,8 @@ def test_isolation_needs_both_settings_and_nvidias_defaults_have_neither():
 def test_the_workload_pod_asks_for_one_gpu_and_its_second_container_for_nothing():
     workload = {"image": "cuda-sample", "command": []}
     probe = {"image": "busybox", "command": ["sh", "-c", "true"], "pull_policy": "Never"}
-    (checks, pod), (other_checks, other) = validation_pods("gpu-a", "host-a", "run1", workload, probe,
-                                                          {"resource": "nvidia.com/gpu"})
+    pods = validation_pods("gpu-a", "host-a", "run1", workload, probe, {"resource": "nvidia.com/gpu"})
+    (checks, pod), (other_checks, other) = pods
     assert checks == {"workload": "workload", "second_container": "no-request"}
     assert other_checks == {"no_request": "probe"}
     first, second = pod["spec"]["containers"]

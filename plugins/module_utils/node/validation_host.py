@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The host checks of a GPU node's validation (private to the collection).
+"""The host checks of a GPU node's validation (private to the collection; run on the host).
 
 They read what the driver and the toolkit left on the host, not NVML: the driver's own list of its GPUs
 (``/proc/driver/nvidia/gpus/<bus>/information``: each GPU's UUID and device minor), the loaded module's version

@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.scv.gpu.plugins.module_utils.host.validation_host import driver_gpus, host_checks
+from ansible_collections.scv.gpu.plugins.module_utils.node.validation_host import driver_gpus, host_checks
 
 UUIDS = ["GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40", "GPU-5a7c0001-1f2e-4d3c-8b4a-9e8d7c6b5a41"]
 ISOLATED = ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
@@ -26,8 +26,9 @@ def host(tmp_path):
     for bus, uuid, minor in (("0000:18:00.0", UUIDS[0], 0), ("0000:2a:00.0", UUIDS[1], 2)):
         folder = tmp_path / "proc-driver" / "nvidia" / "gpus" / bus
         folder.mkdir(parents=True)
-        (folder / "information").write_text("Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t %s\n"
-                                             "Bus Location: \t %s\nDevice Minor: \t %d\n" % (uuid, bus, minor))
+        information = ("Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t %s\nBus Location: \t %s\n"
+                       "Device Minor: \t %d\n" % (uuid, bus, minor))
+        (folder / "information").write_text(information)
     (tmp_path / "sys" / "module" / "nvidia").mkdir(parents=True)
     (tmp_path / "sys" / "module" / "nvidia" / "version").write_text("580.95.05\n")
     (tmp_path / "nvidia.yaml").write_text(yaml.safe_dump({"devices": [{"name": "0"}, {"name": UUIDS[0]},
