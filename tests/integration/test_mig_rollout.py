@@ -80,8 +80,9 @@ def rollout(ansible, plane, tmp_path, hosts, *extra):
                                                  "ansible_python_interpreter": str(ansible.python)}}}}
     path = tmp_path / "inventory.json"
     path.write_text(json.dumps(inventory))
+    # no kubelet runs pods here: validation is off but where a test turns it on (test_validate runs its pods)
     settings = {"scv_gpu_kubeconfig": str(plane.admin_kubeconfig), "mig_layout_entries": LAYOUT,
-                "mig_layout_drain_timeout": 30}
+                "mig_layout_drain_timeout": 30, "mig_layout_validate": False}
     command = [str(ansible.venv / "bin" / "ansible-playbook"), "-i", str(path),
                str(ROOT / "playbooks" / "mig_layout.yml"), "-e", json.dumps(settings)] + list(extra)
     return subprocess.run(command, env=ansible.env(), capture_output=True, text=True, check=False)
@@ -123,6 +124,40 @@ def test_a_rollout_stops_at_the_first_failure_and_keeps_that_node_cordoned(ansib
     assert offered_by(hosts[2][2]) == {}
     assert "NO MORE HOSTS LEFT" in output
     assert recap(done.stdout, b)["failed"] == 1 and recap(done.stdout, a)["failed"] == 0
+
+
+def test_a_node_that_fails_its_validation_stays_cordoned_and_the_rollout_stops(ansible, control_plane, tmp_path):
+    """Validation on: the node is laid out and offers its MIG devices, but the workload pod never runs (no kubelet
+    here), so the node keeps our cordon, says which checks failed, and the next node is not touched."""
+    plane = control_plane
+    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    a, b = ("mig-validate-%s-%s" % (letter, tag) for letter in "ab")
+    for name in (a, b):
+        put_node(plane, name)
+    hosts = [host(tmp_path, ansible, a, "h100_mig_empty"), host(tmp_path, ansible, b, "h100_mig_empty")]
+    # the namespace and its default ServiceAccount, which a cluster's controller manager would make
+    plane.kubectl("create", "namespace", "mig-validate-" + tag, check=False)
+    plane.kubectl("create", "serviceaccount", "default", "-n", "mig-validate-" + tag, check=False)
+    plugin = DevicePlugin(plane, {a: hosts[0][2], b: hosts[1][2]})
+    plugin.start()
+    try:
+        done = rollout(ansible, plane, tmp_path, hosts, "-e", json.dumps({
+            "mig_layout_validate": True, "mig_layout_validation": {"timeout": 3, "namespace": "mig-validate-" + tag}}))
+    finally:
+        plugin.stopping.set()
+        plugin.join()
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert offered_by(hosts[0][2]) == {"nvidia.com/mig-1g.10gb": "14"}
+    assert read_object(plane, "node", a)["spec"].get("unschedulable") is True
+    assert read_object(plane, "node", a)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.mig_layout"
+    assert "Node %s failed its validation after its new MIG layout: workload: pod " % a in output, output
+    assert "The node stays cordoned." in output
+    assert not plane.kubectl("get", "pods", "-n", "mig-validate-" + tag, "-o", "name").stdout.strip()
+    # b: the rollout stopped before it
+    assert not read_object(plane, "node", b)["spec"].get("unschedulable")
+    assert offered_by(hosts[1][2]) == {}
+    assert recap(done.stdout, a)["failed"] == 1
 
 
 def test_a_node_with_its_layout_is_left_alone_and_a_busy_one_is_refused_uncordoned(
