@@ -16,15 +16,12 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
 
 from harness.common import wait_until
-from harness.control_plane import terminate_group
 from harness.paths import ROOT
-from harness.real_kubelet import (CNI_PLUGINS, PAUSE_IMAGE, _descendants, _kill, _processes, image_archive,
-                                  unmount_under)
+from harness.real_kubelet import CNI_PLUGINS, PAUSE_IMAGE, image_archive, stop_runtime
 
 BUILD = ROOT / "tools" / "crio" / "build"
 MONITOR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -212,9 +209,4 @@ class CriO:
 
     def stop(self):
         """CRI-O, its conmons and whatever they still run, stopped."""
-        monitors = [pid for pid, command in _processes() if "conmon" in command and str(self.state) in command]
-        for pid in _descendants(monitors) + monitors:
-            _kill(pid, signal.SIGKILL)
-        if self.process:
-            terminate_group(self.process.pid)
-        unmount_under(self.work)
+        stop_runtime(self.process, self.work, "conmon", str(self.state))

@@ -161,12 +161,19 @@ class Containerd:
 
     def stop(self):
         """containerd, its shims and whatever they still run, stopped."""
-        shims = [pid for pid, command in _processes() if "containerd-shim" in command and str(self.socket) in command]
-        for pid in _descendants(shims) + shims:
-            _kill(pid, signal.SIGKILL)
-        if self.process:
-            terminate_group(self.process.pid)
-        unmount_under(self.work)
+        stop_runtime(self.process, self.work, "containerd-shim", str(self.socket))
+
+
+def stop_runtime(process, work, monitor, marker):
+    """A container runtime's daemon ``process`` stopped, after its per-container monitors (processes whose command
+    line holds ``monitor`` and ``marker``, such as containerd's shims or CRI-O's conmons) and whatever they still
+    run were killed; the mounts under ``work`` undone."""
+    monitors = [pid for pid, command in _processes() if monitor in command and marker in command]
+    for pid in _descendants(monitors) + monitors:
+        _kill(pid, signal.SIGKILL)
+    if process:
+        terminate_group(process.pid)
+    unmount_under(work)
 
 
 def _processes():

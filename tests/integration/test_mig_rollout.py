@@ -88,22 +88,34 @@ def rollout(ansible, plane, tmp_path, hosts, *extra):
     return subprocess.run(command, env=ansible.env(), capture_output=True, text=True, check=False)
 
 
+def venv_tag(ansible):
+    """A part of a Node name that tells one ansible-core line's nodes from another's."""
+    return ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+
+
+def rollout_with_plugin(ansible, plane, tmp_path, hosts, plugin_hosts, *extra):
+    """``rollout`` while DevicePlugin plays the device plugin of ``plugin_hosts``; (its result, stdout and stderr)."""
+    plugin = DevicePlugin(plane, plugin_hosts)
+    plugin.start()
+    try:
+        done = rollout(ansible, plane, tmp_path, hosts, *extra)
+    finally:
+        plugin.stopping.set()
+        plugin.join()
+    return done, done.stdout + done.stderr
+
+
 def test_a_rollout_stops_at_the_first_failure_and_keeps_that_node_cordoned(ansible, control_plane, tmp_path):
     plane = control_plane
-    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    tag = venv_tag(ansible)
     a, b, c = ("mig-%s-%s" % (letter, tag) for letter in "abc")
     for name in (a, b, c):
         put_node(plane, name)
     hosts = [host(tmp_path, ansible, a, "h100_mig_empty"), host(tmp_path, ansible, b, "h100_mig_mixed"),
              host(tmp_path, ansible, c, "h100_mig_empty")]
-    plugin = DevicePlugin(plane, {a: hosts[0][2]})      # b's device plugin never comes back
-    plugin.start()
-    try:
-        done = rollout(ansible, plane, tmp_path, hosts, "-e", "mig_layout_allocatable_timeout=4")
-    finally:
-        plugin.stopping.set()
-        plugin.join()
-    output = done.stdout + done.stderr
+    # b's device plugin never comes back
+    done, output = rollout_with_plugin(ansible, plane, tmp_path, hosts, {a: hosts[0][2]},
+                                       "-e", "mig_layout_allocatable_timeout=4")
     assert done.returncode != 0, output
 
     # a: laid out, labelled for its MIG devices, offered them, uncordoned
@@ -130,7 +142,7 @@ def test_a_node_that_fails_its_validation_stays_cordoned_and_the_rollout_stops(a
     """Validation on: the node is laid out and offers its MIG devices, but the workload pod never runs (no kubelet
     here), so the node keeps our cordon, says which checks failed, and the next node is not touched."""
     plane = control_plane
-    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    tag = venv_tag(ansible)
     a, b = ("mig-validate-%s-%s" % (letter, tag) for letter in "ab")
     for name in (a, b):
         put_node(plane, name)
@@ -138,15 +150,9 @@ def test_a_node_that_fails_its_validation_stays_cordoned_and_the_rollout_stops(a
     # the namespace and its default ServiceAccount, which a cluster's controller manager would make
     plane.kubectl("create", "namespace", "mig-validate-" + tag, check=False)
     plane.kubectl("create", "serviceaccount", "default", "-n", "mig-validate-" + tag, check=False)
-    plugin = DevicePlugin(plane, {a: hosts[0][2], b: hosts[1][2]})
-    plugin.start()
-    try:
-        done = rollout(ansible, plane, tmp_path, hosts, "-e", json.dumps({
-            "mig_layout_validate": True, "mig_layout_validation": {"timeout": 3, "namespace": "mig-validate-" + tag}}))
-    finally:
-        plugin.stopping.set()
-        plugin.join()
-    output = done.stdout + done.stderr
+    done, output = rollout_with_plugin(ansible, plane, tmp_path, hosts, {a: hosts[0][2], b: hosts[1][2]}, "-e",
+                                       json.dumps({"mig_layout_validate": True, "mig_layout_validation": {
+                                           "timeout": 3, "namespace": "mig-validate-" + tag}}))
     assert done.returncode != 0, output
     assert offered_by(hosts[0][2]) == {"nvidia.com/mig-1g.10gb": "14"}
     assert read_object(plane, "node", a)["spec"].get("unschedulable") is True
@@ -163,7 +169,7 @@ def test_a_node_that_fails_its_validation_stays_cordoned_and_the_rollout_stops(a
 def test_a_node_with_its_layout_is_left_alone_and_a_busy_one_is_refused_uncordoned(
         ansible, control_plane, tmp_path):
     plane = control_plane
-    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    tag = venv_tag(ansible)
     done_name, busy_name = "mig-done-%s" % tag, "mig-busy-%s" % tag
     for name in (done_name, busy_name):
         put_node(plane, name)
@@ -186,7 +192,7 @@ def test_a_node_nvidias_device_plugin_would_refuse_is_refused_before_the_cordon(
     (tests/fixtures/device-plugin/h100_mig_mixed-single.txt), nor with a GPU it cannot read
     (lost_card-*.txt): the role says so before it cordons the node or changes a GPU."""
     plane = control_plane
-    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    tag = venv_tag(ansible)
     name = "mig-refused-%s-%s" % (case.split("-")[0], tag)
     put_node(plane, name)
     hosts = [host(tmp_path, ansible, name, "h100_mig_empty")]

@@ -123,9 +123,10 @@ def validation_pods(node, hostname, run_id, workload, probe, request):
                 "containers": containers}
         spec.update(extra or {})
         return {"apiVersion": "v1", "kind": "Pod",
+                # the node goes in an annotation: a label value is at most 63 characters, a node name 253
                 "metadata": {"name": "scv-validate-%s-%s" % (run_id, suffix),
-                             "labels": {"app.kubernetes.io/name": "scv-gpu-validation",
-                                        "scv.gpu/validated-node": node[:63]}},
+                             "labels": {"app.kubernetes.io/name": "scv-gpu-validation"},
+                             "annotations": {"scv.gpu/validated-node": node}},
                 "spec": spec}
 
     everything = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "all"}
