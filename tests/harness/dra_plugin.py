@@ -103,8 +103,7 @@ class DraPlugin:
         """Serves both sockets, waits for the kubelet to register the plugin, then publishes the slices."""
         for socket in (self.socket, self.registration_socket):
             socket.parent.mkdir(parents=True, exist_ok=True)
-            if socket.exists():
-                socket.unlink()
+            socket.unlink(missing_ok=True)
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
         self.server.add_insecure_port("unix:%s" % self.socket)
         self.server.add_insecure_port("unix:%s" % self.registration_socket)
@@ -139,10 +138,10 @@ class DraPlugin:
     def stop(self):
         """Takes the node's slices off the API server, then stops serving."""
         self.unpublish()
-        self.server.stop(0)
+        self.server.stop(0).wait()
         for socket in (self.socket, self.registration_socket):
-            if socket.exists():
-                socket.unlink()
+            # gRPC unlinks its own Unix sockets as it shuts down, and may do so after a check of ours.
+            socket.unlink(missing_ok=True)
 
     def cdi_spec(self, claim_uid):
         return self.cdi_dir / ("scv-test-%s.json" % claim_uid)
