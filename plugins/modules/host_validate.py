@@ -20,6 +20,11 @@ description:
   - C(dev_char_links) - each NVIDIA device node has its C(/dev/char/<major>:<minor>) link (see
     M(scv.gpu.nvidia_dev_char_links)).
   - C(cdi_spec) - O(cdi_spec) names every GPU the driver lists, by UUID, and no GPU it does not.
+  - C(container_runtime) - the container runtime (O(container_runtime)) has a runtime that runs
+    C(nvidia-container-runtime), as its default where O(default_runtime) says the roles made it so; that binary
+    exists and its release has every fix of NVIDIA's security bulletins for the toolkit (1.19.1 and later).
+    containerd's configuration is read with the files it imports, CRI-O's with its drop-in folder
+    (C(crio.conf.d) beside it, recursively, in byte order), dockerd's C(daemon.json) as it is.
   - C(runtime_isolation) - O(runtime_config) sets C(accept-nvidia-visible-devices-envvar-when-unprivileged =
     false) and C(accept-nvidia-visible-devices-as-volume-mounts = true), as the container_toolkit role does.
   - A failed check is a result, not a module failure; M(scv.gpu.validation_report) writes the report and fails
@@ -59,6 +64,26 @@ options:
     description: NVIDIA's container runtime configuration.
     type: path
     default: /etc/nvidia-container-runtime/config.toml
+  container_runtime:
+    description:
+      - The container runtime whose configuration is checked. V(auto) picks it as the container_toolkit role does
+        (C(dockerd) when installed, otherwise C(containerd), otherwise C(crio)); with none installed the check is
+        skipped.
+    type: str
+    choices: [auto, docker, containerd, crio]
+    default: auto
+  container_config:
+    description:
+      - Its configuration file; by default C(/etc/docker/daemon.json), C(/etc/containerd/config.toml) or
+        C(/etc/crio/crio.conf).
+    type: path
+  default_runtime:
+    description:
+      - By container runtime (C(docker), C(containerd), C(crio)), whether NVIDIA's runtime must be its default one,
+        as C(container_toolkit_<runtime>_default_runtime) says; true for a runtime not named. With V(false), a
+        runtime of NVIDIA's must exist under any name.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -86,7 +111,7 @@ RETURN = r"""
 checks:
   description:
     - One entry per check, in the order C(driver), C(device_nodes), C(dev_char_links), C(cdi_spec),
-      C(runtime_isolation). C(outcome) is V(passed), V(failed) or V(skipped), C(reason) says why
+      C(container_runtime), C(runtime_isolation). C(outcome) is V(passed), V(failed) or V(skipped), C(reason) says why
       a check failed or was skipped (the file or device node, and what to do).
   returned: always
   type: list
@@ -112,9 +137,11 @@ gpus:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.names import node_name_problem
-from ansible_collections.scv.gpu.plugins.module_utils.node.validation_host import driver_gpus, host_checks
+from ansible_collections.scv.gpu.plugins.module_utils.node.validation_host import (
+    driver_gpus, host_checks, installed_runtime)
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import FAILED
 
 
@@ -127,6 +154,9 @@ def main():
         proc_driver=dict(type="path", default="/proc/driver"),
         cdi_spec=dict(type="path", default="/etc/cdi/nvidia.yaml"),
         runtime_config=dict(type="path", default="/etc/nvidia-container-runtime/config.toml"),
+        container_runtime=dict(type="str", choices=["auto", "docker", "containerd", "crio"], default="auto"),
+        container_config=dict(type="path"),
+        default_runtime=dict(type="dict", default={}),
     ), supports_check_mode=True)
     params = module.params
     problem = node_name_problem(params["node"])
@@ -137,7 +167,14 @@ def main():
         module.fail_json(msg="driver_version: expected a version such as 580.95.05 or a branch such as 580, got %r"
                          % params["driver_version"])
     paths = {key: params[key] for key in ("sysfs", "proc_driver", "dev", "cdi_spec", "runtime_config")}
-    checks = host_checks(params["node"], paths, pinned)
+    kind = installed_runtime() if params["container_runtime"] == "auto" else params["container_runtime"]
+    unknown = sorted(set(params["default_runtime"]) - {"docker", "containerd", "crio"})
+    if unknown:
+        module.fail_json(msg="default_runtime: expected keys among docker, containerd and crio, got %s"
+                         % ", ".join(unknown))
+    runtime = {"kind": kind, "config": params["container_config"],
+               "default": boolean(params["default_runtime"].get(kind, True), strict=False)}
+    checks = host_checks(params["node"], paths, pinned, runtime)
     module.exit_json(changed=False, checks=checks, gpus=driver_gpus(params["proc_driver"]),
                      failed_checks=sum(1 for item in checks if item["outcome"] == FAILED))
 

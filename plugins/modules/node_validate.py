@@ -19,6 +19,10 @@ description:
   - The no-request pod runs O(probe_image) with C(NVIDIA_VISIBLE_DEVICES=all) and C(NVIDIA_DRIVER_CAPABILITIES=all) in
     its environment, as CUDA base images set them. It must find no GPU.
   - These are the three cases of the secure accelerator access test of the CNCF Kubernetes AI Conformance.
+  - Given O(metrics_url), a third pod then holds one GPU (O(probe_image) running O(metrics_command)) while the
+    node's agent is read there, until it serves C(DCGM_FI_DEV_GPU_UTIL) of that GPU labelled with the pod's
+    C(namespace) and C(pod), for O(metrics_hold) seconds at most. This is evidence for the accelerator metrics
+    requirement. Without O(metrics_url) that check is skipped.
   - Every pod and claim it made is deleted before it returns, whatever the outcome.
   - It changes nothing that stays, and reports C(changed=false). A failed check is a result, not a module
     failure; M(scv.gpu.validation_report) writes the report and fails the play.
@@ -75,6 +79,42 @@ options:
     description: Seconds the pods have to finish, from the moment they were created; a slow image pull counts.
     type: int
     default: 300
+  metrics_url:
+    description:
+      - The URL of the node's agent's metrics, as the controller reaches it, for example
+        C(http://gpu-node-1:9400/metrics) where the agent's C(scv_agent_metrics_address) is C(0.0.0.0:9400).
+    type: str
+  metrics_hold:
+    description:
+      - Seconds the agent has to name the holder pod once it runs. The agent reads the kubelet's pod-resources
+        every C(scv_agent_pod_resources_interval) seconds (10 by default).
+    type: int
+    default: 60
+  metrics_command:
+    description:
+      - The command of the container that holds a GPU during the metrics check; it must keep running. The default
+        sleeps for O(metrics_hold) plus a minute; the pod is deleted once the check is done.
+    type: list
+    elements: str
+  metrics_ca_path:
+    description: A CA bundle to verify the agent's HTTPS certificate with (C(scv_agent_web_tls)).
+    type: path
+  metrics_client_cert:
+    description: A client certificate for agents that ask for one (C(scv_agent_web_client_auth_type)).
+    type: path
+  metrics_client_key:
+    description: The key of O(metrics_client_cert).
+    type: path
+  metrics_username:
+    description: A user of the agent's basic authentication (C(scv_agent_web_basic_auth_users)).
+    type: str
+  metrics_password:
+    description: The password of O(metrics_username).
+    type: str
+  metrics_validate_certs:
+    description: Verify the agent's HTTPS certificate.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -96,6 +136,14 @@ EXAMPLES = r"""
   delegate_to: localhost
   register: pods
 
+- name: Also check that the node's agent names a pod on its GPU's series
+  scv.gpu.node_validate:
+    name: gpu-node-2
+    metrics_url: https://gpu-node-2:9400/metrics
+    metrics_ca_path: /etc/pki/scv-gpu/agent-ca.pem
+  delegate_to: localhost
+  register: pods
+
 - name: Validate a DRA node through a ResourceClaim, with images of a registry of our own
   scv.gpu.node_validate:
     name: gpu-node-3
@@ -109,7 +157,7 @@ EXAMPLES = r"""
 RETURN = r"""
 checks:
   description:
-    - One entry per check, in the order C(workload), C(second_container), C(no_request).
+    - One entry per check, in the order C(workload), C(second_container), C(no_request), C(metrics).
     - O(name) as C(node); C(outcome) is V(passed), V(failed) or V(skipped); C(reason)
       says why a check failed (the container's exit code and the end of its output, the scheduler's message, the
       timeout) or was skipped, and is empty when it passed.
@@ -123,6 +171,7 @@ checks:
       check: no_request
       outcome: failed
       reason: "container probe exited 1: found /dev/nvidia0"
+    - {node: gpu-node-1, check: metrics, outcome: skipped, reason: "no metrics URL of the node's agent was given"}
 failed_checks:
   description: How many checks failed.
   returned: always
@@ -130,11 +179,15 @@ failed_checks:
   sample: 1
 """
 
+import base64
+import ssl
+import urllib.request
+
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module, check_node_name
 from ansible_collections.scv.gpu.plugins.module_utils.kube.pods import PodClient
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
-    FAILED, NO_GPU_PROBE, POD_CHECKS, check)
+    FAILED, NO_GPU_PROBE, NODE_CHECKS, check)
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation_run import validate_pods
 
 
@@ -150,16 +203,29 @@ def main():
         probe_command=dict(type="list", elements="str"),
         image_pull_policy=dict(type="str", choices=["Always", "IfNotPresent", "Never"], default="IfNotPresent"),
         timeout=dict(type="int", default=300),
-    ))
+        metrics_url=dict(type="str"),
+        metrics_hold=dict(type="int", default=60),
+        metrics_command=dict(type="list", elements="str"),
+        metrics_ca_path=dict(type="path"),
+        metrics_client_cert=dict(type="path"),
+        metrics_client_key=dict(type="path", no_log=False),
+        metrics_username=dict(type="str"),
+        metrics_password=dict(type="str", no_log=True),
+        metrics_validate_certs=dict(type="bool", default=True),
+    ), required_together=[("metrics_username", "metrics_password")])
     params = module.params
     check_node_name(module)
-    if params["timeout"] <= 0:
-        module.fail_json(msg="timeout: expected seconds > 0, got %s; no pod was started" % params["timeout"])
+    for option in ("timeout", "metrics_hold"):
+        if params[option] <= 0:
+            module.fail_json(msg="%s: expected seconds > 0, got %s; no pod was started" % (option, params[option]))
+    if params["metrics_url"] is not None and not params["metrics_url"].startswith(("http://", "https://")):
+        module.fail_json(msg="metrics_url: expected an http:// or https:// URL of the agent's /metrics, got %r; no "
+                             "pod was started" % params["metrics_url"])
     for option in ("workload_image", "probe_image", "resource"):
         if not (params[option] or "").strip():
             module.fail_json(msg="%s: expected a non-empty value; no pod was started" % option)
     if module.check_mode:
-        checks = [check(params["name"], name, skipped="check mode starts no pod") for name in POD_CHECKS]
+        checks = [check(params["name"], name, skipped="check mode starts no pod") for name in NODE_CHECKS]
         module.exit_json(changed=False, checks=checks, failed_checks=0)
     policy = params["image_pull_policy"]
     workload = {"image": params["workload_image"], "command": params["workload_command"], "pull_policy": policy}
@@ -169,11 +235,38 @@ def main():
     try:
         client = PodClient.connect(module)
         checks = validate_pods(client, params["name"], params["namespace"], workload, probe, request,
-                               params["timeout"])
+                               params["timeout"], metrics=_metrics(params))
     except ApiError as error:
         module.fail_json(msg=str(error))
     module.exit_json(changed=False, checks=checks,
                      failed_checks=sum(1 for item in checks if item["outcome"] == FAILED))
+
+
+def _metrics(params):
+    """What the metrics check needs (validation_run.validate_pods), or None without a metrics URL."""
+    if not params["metrics_url"]:
+        return None
+    context = None
+    if params["metrics_url"].startswith("https://"):
+        context = ssl.create_default_context(cafile=params["metrics_ca_path"])
+        if not params["metrics_validate_certs"]:
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        if params["metrics_client_cert"]:
+            context.load_cert_chain(params["metrics_client_cert"], params["metrics_client_key"])
+    headers = {}
+    if params["metrics_username"]:
+        token = "%s:%s" % (params["metrics_username"], params["metrics_password"])
+        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
+
+    def read():
+        request = urllib.request.Request(params["metrics_url"], headers=headers)
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.read().decode("utf-8", "replace")
+
+    command = params["metrics_command"] or ["sleep", str(params["metrics_hold"] + 60)]
+    return {"url": params["metrics_url"], "read": read, "hold": params["metrics_hold"],
+            "holder": {"image": params["probe_image"], "command": command,
+                       "pull_policy": params["image_pull_policy"]}}
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ class Containerd:
                              '[[plugins."io.containerd.transfer.v1.local".unpack_config]]\n'
                              '  platform = "linux/amd64"\n  snapshotter = "native"\n')
 
-    def start(self):
+    def start(self, load_images=True):
         env = dict(os.environ, PATH="%s:%s" % (self.binary.parent, os.environ.get("PATH", "/usr/sbin:/usr/bin")),
                    **self.environment)
         with open(self.log, "ab") as log:
@@ -152,12 +152,20 @@ class Containerd:
         wait_until(lambda: self.socket.exists() or self.process.poll() is not None, 30, "containerd's socket", 0.2)
         if self.process.poll() is not None:
             raise AssertionError("containerd exited %s:\n%s" % (self.process.returncode, self.log.read_text()))
-        for archive in [image_archive(self.work)] + self.images:
+        for archive in ([image_archive(self.work)] + self.images) if load_images else []:
             done = subprocess.run([str(self.binary.parent / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
                                    "images", "import", "--snapshotter", "native", str(archive)],
                                   capture_output=True, text=True, check=False, timeout=120)
             assert done.returncode == 0, "ctr images import of %s failed:\n%s%s" % (archive, done.stdout, done.stderr)
         return self
+
+    def restart(self):
+        """containerd alone restarted, as ``systemctl restart containerd`` does after its configuration changed: its
+        shims (each in a process group of its own) and their containers keep running, and it finds them again."""
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.socket.unlink(missing_ok=True)
+        return self.start(load_images=False)
 
     def stop(self):
         """containerd, its shims and whatever they still run, stopped."""

@@ -6,11 +6,14 @@ the container_toolkit role's defaults, a CDI spec that NVIDIA's nvidia-ctk wrote
 device plugin DaemonSet as the device_plugin role renders it. The host checks read the node's driver root (its
 device nodes, the driver's /proc/driver/nvidia/gpus) and a sysfs of its own holding the loaded module's version.
 The workload and the probes are the tests' GPUS_IMAGE: ``gpus --require 1`` exits 0 only when it reaches exactly
-one GPU (its device node and NVML), ``gpus --require 0`` only when it reaches none.
+one GPU (its device node and NVML), ``gpus --require 0`` only when it reaches none, and ``gpus --wait`` holds the
+metrics check's GPU until its pod is deleted. The node's agent is the real one, reading the kubelet's
+pod-resources socket every second and serving its metrics on a loopback port.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 from xml.etree import ElementTree
@@ -18,29 +21,45 @@ from xml.etree import ElementTree
 import pytest
 import yaml
 
+from harness.agent import AgentProcess
 from harness.common import wait_until
+from harness.control_plane import read_object
 from harness.gpu_images import GPUS_IMAGE
 from harness.gpu_node import GpuNode
 
 NODE = "validate-node"
 NAMESPACE = "validate-workloads"
 VALIDATION_NAMESPACE = "scv-gpu-validation"
-HOST_CHECKS = ["driver", "device_nodes", "dev_char_links", "cdi_spec", "runtime_isolation"]
-POD_CHECKS = ["workload", "second_container", "no_request"]
+HOST_CHECKS = ["driver", "device_nodes", "dev_char_links", "cdi_spec", "container_runtime", "runtime_isolation"]
+POD_CHECKS = ["workload", "second_container", "no_request", "metrics"]
+
+
+def start_agent(node):
+    """The node's agent, as the scv_agent role runs it, reading the kubelet's pod-resources every second."""
+    folder = node.work / ("agent-%d" % len(list(node.work.glob("agent-*"))))
+    folder.mkdir()
+    node.agent = AgentProcess(node.agent_command, node.plane, NODE, folder, scenario="h100_sxm_x8", extra=(
+        "--pod-resources-socket", str(node.kubelet.pod_resources_socket), "--pod-resources-interval", "1"))
+    node.agent.wait_for(lambda: "DCGM_FI_DEV_GPU_UTIL" in node.agent.metrics_text(), 60)
 
 
 @pytest.fixture(scope="module")
-def node(access, ansible, tmp_path_factory):
+def node(access, ansible, agent_command, tmp_path_factory):
     work = tmp_path_factory.mktemp("validate")
     gpu_node = GpuNode(access, ansible, work, NODE)
     sysfs = work / "sysfs"
     (sysfs / "module" / "nvidia").mkdir(parents=True)
     (sysfs / "module" / "nvidia" / "version").write_text(gpu_node.root.driver_version + "\n")
     gpu_node.sysfs = sysfs
+    gpu_node.agent_command = agent_command
     with gpu_node.running(NAMESPACE):
         gpu_node.deploy_device_plugin()
         _make_links(gpu_node)
-        yield gpu_node
+        start_agent(gpu_node)
+        try:
+            yield gpu_node
+        finally:
+            gpu_node.agent.stop()
 
 
 def _make_links(node):
@@ -58,10 +77,14 @@ def validate(node, tmp_path, extra=None, *arguments):
         "scv_gpu_validation_workload_command": ["/usr/bin/gpus", "--require", "1"],
         "scv_gpu_validation_probe_command": ["/usr/bin/gpus", "--require", "0"],
         "scv_gpu_validation_image_pull_policy": "Never", "scv_gpu_validation_timeout": 60,
+        "scv_gpu_validation_metrics_url": "http://127.0.0.1:%d/metrics" % node.agent.port,
+        "scv_gpu_validation_metrics_command": ["/usr/bin/gpus", "--wait"], "scv_gpu_validation_metrics_hold": 20,
+        "container_toolkit_runtime": "containerd",
         "scv_gpu_validation_paths": {"dev": str(node.root.dev), "sysfs": str(node.sysfs),
                                      "proc_driver": str(node.root.proc_driver),
                                      "cdi_spec": str(node.spec_dir / "nvidia.yaml"),
-                                     "runtime_config": str(node.runtime_config)}}
+                                     "runtime_config": str(node.runtime_config),
+                                     "container_config": str(node.containerd.config)}}
     variables.update(extra or {})
     done = node.ansible.playbook("playbooks/validate.yml", None, "-e", json.dumps(variables), *arguments)
     report = tmp_path / "report"
@@ -89,16 +112,20 @@ def test_a_node_the_roles_built_passes_and_the_report_says_so_three_ways(node, t
     assert sorted(files) == ["validation.conformance.json", "validation.junit.xml", "validation.md"]
     assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
     rows = [line for line in files["validation.md"].splitlines() if line.startswith("| %s |" % NODE)]
-    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 8))], files["validation.md"]
+    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 10))], files["validation.md"]
     evidence = json.loads(files["validation.conformance.json"])["requirements"]
     assert evidence["secure_accelerator_access"]["passed"] is True
     assert {item["check"] for item in evidence["secure_accelerator_access"]["evidence"]} == {
-        "runtime_isolation", "workload", "second_container", "no_request"}
-    assert evidence["accelerator_metrics"]["passed"] is None      # no check gives evidence for it yet
+        "container_runtime", "runtime_isolation", "workload", "second_container", "no_request"}
+    assert evidence["accelerator_metrics"]["passed"] is True
+    assert [item["check"] for item in evidence["accelerator_metrics"]["evidence"]] == ["metrics"]
 
     again, files_again = validate(node, tmp_path)
     assert again.returncode == 0 and files_again == files
     assert "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout
+    # the node is marked only where asked (validate_mark_nodes)
+    annotations = read_object(node.plane, "node", NODE)["metadata"].get("annotations") or {}
+    assert not [key for key in annotations if key.startswith("scv.gpu/valid")], annotations
 
 
 def _fails(node, tmp_path, expected, extra=None):
@@ -136,6 +163,36 @@ def test_a_runtime_that_honours_the_variable_fails_on_the_host_and_in_the_probe_
         config.write_text(saved)
 
 
+def test_runc_as_the_default_with_no_way_to_nvidias_runtime_fails_on_the_host_and_in_the_workload(node, tmp_path):
+    """containerd restarted on a configuration whose default is runc and which has no runtime of NVIDIA's: the
+    device plugin gives the workload its GPU as a volume-mount list, which only NVIDIA's runtime turns into
+    devices, so the workload finds none."""
+    config = node.containerd.config
+    saved = config.read_text()
+    broken = saved.replace('default_runtime_name = "nvidia"', 'default_runtime_name = "runc"')
+    broken = broken.split('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]')[0]
+    assert broken != saved and "nvidia-container-runtime" not in broken
+    config.write_text(broken)
+    node.containerd.restart()
+    try:
+        found = _fails(node, tmp_path, {"container_runtime": "no runtime runs nvidia-container-runtime",
+                                        "workload": "exited 1"})
+        assert "the default is runc" in found["container_runtime"][1], found
+    finally:
+        config.write_text(saved)
+        node.containerd.restart()
+
+
+def test_a_stopped_agent_fails_the_metrics_check(node, tmp_path):
+    node.agent.stop()
+    try:
+        found = _fails(node, tmp_path, {"metrics": "cannot be read"})
+        assert "127.0.0.1:%d/metrics" % node.agent.port in found["metrics"][1], found
+        assert [name for name, (outcome, _) in found.items() if outcome == "failed"] == ["metrics"], found
+    finally:
+        start_agent(node)
+
+
 def test_a_cdi_spec_naming_a_gpu_no_longer_there_fails(node, tmp_path):
     spec_path = node.spec_dir / "nvidia.yaml"
     saved = spec_path.read_text()
@@ -149,9 +206,17 @@ def test_a_cdi_spec_naming_a_gpu_no_longer_there_fails(node, tmp_path):
         spec_path.write_text(saved)
 
 
-def test_a_workload_that_exits_non_zero_fails_with_its_output(node, tmp_path):
+def test_a_workload_that_exits_non_zero_fails_with_its_output_and_marks_the_node_where_asked(node, tmp_path):
     _fails(node, tmp_path, {"workload": "exited 1"},
-           {"scv_gpu_validation_workload_command": ["/usr/bin/gpus", "--require", "2"]})
+           {"scv_gpu_validation_workload_command": ["/usr/bin/gpus", "--require", "2"], "validate_mark_nodes": True})
+    annotations = read_object(node.plane, "node", NODE)["metadata"]["annotations"]
+    try:
+        assert annotations["scv.gpu/validation"] == "failed: workload", annotations
+        marked = datetime.datetime.strptime(annotations["scv.gpu/validated-at"], "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc)
+        assert abs(datetime.datetime.now(datetime.timezone.utc) - marked) < datetime.timedelta(minutes=5), annotations
+    finally:
+        node.plane.kubectl("annotate", "node", NODE, "scv.gpu/validation-", "scv.gpu/validated-at-")
 
 
 def test_without_the_device_plugin_the_workload_is_never_placed(node, tmp_path):
@@ -164,16 +229,18 @@ def test_without_the_device_plugin_the_workload_is_never_placed(node, tmp_path):
 
 def test_a_dra_node_is_validated_through_a_resource_claim(node, tmp_path):
     """With gpu_stack dra, the workload pod uses a ResourceClaim for one device of class gpu.nvidia.com, which the
-    scheduler allocates and the node's DRA plugin prepares from the node's CDI spec; the claim is deleted after."""
+    scheduler allocates and the node's DRA plugin prepares from the node's CDI spec, and so does the metrics
+    check's pod, which the agent names on its GPU's series from the claim; the claims are deleted after."""
     plugin = node.dra_plugin().start()
     try:
         done, files = validate(node, tmp_path, {"gpu_stack": "dra"})
         assert done.returncode == 0, done.stdout + done.stderr
         assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
         prepared = [uid for verb, uid in plugin.calls if verb == "prepare"]
-        assert len(prepared) == 1, plugin.calls
+        assert len(prepared) == 2, plugin.calls          # the workload's claim, then the metrics check's
         # the kubelet unprepares a claim once the pod that used it is gone
-        wait_until(lambda: ("unprepare", prepared[0]) in plugin.calls, 60, "the claim unprepared", 0.5)
+        wait_until(lambda: all(("unprepare", uid) in plugin.calls for uid in prepared), 60, "the claims unprepared",
+                   0.5)
         claims = node.plane.kubectl("get", "resourceclaims", "-n", VALIDATION_NAMESPACE, "-o", "name").stdout
         assert not claims.strip(), claims
     finally:

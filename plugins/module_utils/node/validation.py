@@ -12,6 +12,7 @@ Kubernetes AI Conformance that CHECKS names.
 from __future__ import annotations
 
 import json
+import re
 from xml.sax.saxutils import quoteattr
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -24,6 +25,9 @@ CHECKS = {
     "dev_char_links": ("each NVIDIA device node has its /dev/char link, which systemd's device cgroup rules need",
                        ["driver_runtime_management"]),
     "cdi_spec": ("the CDI specification names every GPU the driver has, and no other", ["driver_runtime_management"]),
+    "container_runtime": ("the container runtime runs NVIDIA's runtime (as its default, where the roles made it so), "
+                          "and that runtime is a release with every published security fix",
+                          ["driver_runtime_management", "secure_accelerator_access"]),
     "runtime_isolation": ("NVIDIA's runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers and takes "
                           "device lists as volume mounts", ["secure_accelerator_access"]),
     "workload": ("a pod that asks for one GPU runs the workload image on it and exits 0",
@@ -32,6 +36,8 @@ CHECKS = {
                          ["secure_accelerator_access"]),
     "no_request": ("a pod that asks for no GPU finds none, with NVIDIA_VISIBLE_DEVICES=all in its environment",
                    ["secure_accelerator_access"]),
+    "metrics": ("while a pod holds a GPU, the node's agent serves that GPU's utilization series labelled with the "
+                "pod, as dcgm-exporter does", ["accelerator_metrics"]),
 }
 REQUIREMENTS = {
     "secure_accelerator_access": "MUST",
@@ -40,6 +46,7 @@ REQUIREMENTS = {
     "gpu_sharing": "SHOULD",
 }
 POD_CHECKS = ("workload", "second_container", "no_request")
+NODE_CHECKS = POD_CHECKS + ("metrics",)     # what scv.gpu.node_validate reports, in this order
 
 
 def check(node, name, failure=None, skipped=None):
@@ -88,60 +95,112 @@ def isolation_problems(settings):
     return problems
 
 
+NVIDIA_RUNTIME = "nvidia-container-runtime"
+
+
+def runtime_choice_problems(kind, default, runtimes, expect_default):
+    """What keeps pods from NVIDIA's runtime in a container runtime's settings: [text]. ``kind``: containerd, crio or
+    docker; ``default``: the name of its default runtime; ``runtimes``: {name: the binary it runs, '' when it names
+    none}; ``expect_default``: the roles made NVIDIA's runtime the default (container_toolkit_<kind>_default_runtime)."""
+    nvidia = sorted(name for name, binary in runtimes.items()
+                    if binary.rsplit("/", 1)[-1].startswith(NVIDIA_RUNTIME))
+    if not nvidia:
+        return ["no runtime runs %s (the default is %s): no pod can reach NVIDIA's runtime; run the "
+                "container_toolkit role" % (NVIDIA_RUNTIME, default)]
+    if expect_default and default not in nvidia:
+        return ["the default runtime is %s, not NVIDIA's (%s): pods the device plugin gives GPUs get none of them; "
+                "set container_toolkit_%s_default_runtime: true and run the container_toolkit role, or false where "
+                "that is meant" % (default, ", ".join(nvidia), kind)]
+    return []
+
+
 # ------------------------------------------------------------------------------------------------- pods
 
 NO_GPU_PROBE = ["sh", "-c", 'for node in /dev/nvidia[0-9]*; do if [ -e "$node" ]; then echo "found $node"; exit 1; '
                 'fi; done; echo "no GPU device node"']
 
 
+def _container(name, spec, env=None, resources=None):
+    """A container that runs ``spec`` ({"image", "command", "pull_policy"}) unprivileged. One that fails leaves the
+    end of its output as its termination message, which the kubelet reports in the pod's status: no log API needed
+    to say why."""
+    body = {"name": name, "image": spec["image"], "imagePullPolicy": spec.get("pull_policy") or "IfNotPresent",
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+    if spec.get("command"):
+        body["command"] = list(spec["command"])
+    if env:
+        body["env"] = [{"name": key, "value": value} for key, value in sorted(env.items())]
+    if resources:
+        body["resources"] = resources
+    return body
+
+
+def _pod(node, hostname, run_id, suffix, containers, extra=None):
+    spec = {"restartPolicy": "Never", "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 5,
+            "nodeSelector": {"kubernetes.io/hostname": hostname}, "tolerations": [{"operator": "Exists"}],
+            "containers": containers}
+    spec.update(extra or {})
+    return {"apiVersion": "v1", "kind": "Pod",
+            # the node goes in an annotation: a label value is at most 63 characters, a node name 253
+            "metadata": {"name": "scv-validate-%s-%s" % (run_id, suffix),
+                         "labels": {"app.kubernetes.io/name": "scv-gpu-validation"},
+                         "annotations": {"scv.gpu/validated-node": node}},
+            "spec": spec}
+
+
+def _request(request):
+    """(resources of the container, extra pod spec) asking for one GPU: ``request`` is {"resource": name} or
+    {"claim": name of a ResourceClaim}."""
+    if request.get("claim"):
+        return {"claims": [{"name": "gpu"}]}, {"resourceClaims": [{"name": "gpu", "resourceClaimName": request["claim"]}]}
+    return {"limits": {request["resource"]: "1"}}, {}
+
+
 def validation_pods(node, hostname, run_id, workload, probe, request):
     """The two pods of a node's validation, as [(check names, body)]:
 
-    - the workload pod: container ``workload`` asks for the GPU (``request``: {"resources": {...}} or a claim) and
-      runs ``workload`` ({"image", "command"}); container ``no-request`` runs ``probe`` and asks for nothing;
+    - the workload pod: container ``workload`` asks for the GPU (``request``: {"resource": name} or {"claim": name})
+      and runs ``workload`` ({"image", "command"}); container ``no-request`` runs ``probe`` and asks for nothing;
     - the no-request pod: ``probe`` with NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=all set.
 
     Both tolerate every taint (a cordoned node is validated before it is uncordoned), run once, and are pinned to
     the node by its ``kubernetes.io/hostname`` label, so that the scheduler places them and allocates claims."""
-    def container(name, spec, env=None, resources=None):
-        # a container that fails leaves the end of its output as its termination message, which the kubelet
-        # reports in the pod's status: no log API needed to say why
-        body = {"name": name, "image": spec["image"], "imagePullPolicy": spec.get("pull_policy") or "IfNotPresent",
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
-        if spec.get("command"):
-            body["command"] = list(spec["command"])
-        if env:
-            body["env"] = [{"name": key, "value": value} for key, value in sorted(env.items())]
-        if resources:
-            body["resources"] = resources
-        return body
-
-    def pod(suffix, containers, extra=None):
-        spec = {"restartPolicy": "Never", "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 5,
-                "nodeSelector": {"kubernetes.io/hostname": hostname}, "tolerations": [{"operator": "Exists"}],
-                "containers": containers}
-        spec.update(extra or {})
-        return {"apiVersion": "v1", "kind": "Pod",
-                # the node goes in an annotation: a label value is at most 63 characters, a node name 253
-                "metadata": {"name": "scv-validate-%s-%s" % (run_id, suffix),
-                             "labels": {"app.kubernetes.io/name": "scv-gpu-validation"},
-                             "annotations": {"scv.gpu/validated-node": node}},
-                "spec": spec}
-
     everything = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "all"}
-    extra = {}
-    if request.get("claim"):
-        extra["resourceClaims"] = [{"name": "gpu", "resourceClaimName": request["claim"]}]
-        resources = {"claims": [{"name": "gpu"}]}
-    else:
-        resources = {"limits": {request["resource"]: "1"}}
+    resources, extra = _request(request)
     return [
         ({"workload": "workload", "second_container": "no-request"},
-         pod("workload", [container("workload", workload, resources=resources),
-                          container("no-request", probe, env=everything)], extra)),
-        ({"no_request": "probe"}, pod("no-request", [container("probe", probe, env=everything)])),
+         _pod(node, hostname, run_id, "workload", [_container("workload", workload, resources=resources),
+                                                   _container("no-request", probe, env=everything)], extra)),
+        ({"no_request": "probe"}, _pod(node, hostname, run_id, "no-request",
+                                       [_container("probe", probe, env=everything)])),
     ]
+
+
+def metrics_pod(node, hostname, run_id, holder, request):
+    """The pod of the metrics check: container ``holder`` asks for one GPU (as ``request`` says) and runs
+    ``holder`` ({"image", "command"}), which keeps running while the agent is read."""
+    resources, extra = _request(request)
+    return _pod(node, hostname, run_id, "metrics", [_container("holder", holder, resources=resources)], extra)
+
+
+_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+\S+')
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+METRICS_SERIES = "DCGM_FI_DEV_GPU_UTIL"
+
+
+def series_naming_pod(exposition, namespace, pod, series=METRICS_SERIES):
+    """The labels ({name: value}) of each ``series`` sample in a Prometheus text ``exposition`` that names ``pod`` of
+    ``namespace`` in its ``pod`` and ``namespace`` labels, as dcgm-exporter and the agent label a GPU's series."""
+    found = []
+    for line in exposition.splitlines():
+        sample = _SAMPLE.match(line)
+        if not sample or sample.group(1) != series:
+            continue
+        labels = dict(_LABEL.findall(sample.group(2)))
+        if labels.get("pod") == pod and labels.get("namespace") == namespace:
+            found.append(labels)
+    return found
 
 
 def container_outcome(pod, container):

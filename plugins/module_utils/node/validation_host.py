@@ -13,13 +13,18 @@ was replaced) fails here.
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
+import shutil
+import subprocess
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.dev_char import link_states
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import loaded_version
+from ansible_collections.scv.gpu.plugins.module_utils.host.toolkit_advisories import ToolkitVersionError, exposures
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
-    cdi_problems, check, isolation_problems, missing_device_nodes)
+    NVIDIA_RUNTIME, cdi_problems, check, isolation_problems, missing_device_nodes, runtime_choice_problems)
 
 try:
     import tomllib
@@ -31,7 +36,10 @@ try:
 except ImportError:
     yaml = None
 
-HOST_CHECKS = ("driver", "device_nodes", "dev_char_links", "cdi_spec", "runtime_isolation")
+HOST_CHECKS = ("driver", "device_nodes", "dev_char_links", "cdi_spec", "container_runtime", "runtime_isolation")
+CONTAINER_CONFIGS = {"containerd": "/etc/containerd/config.toml", "crio": "/etc/crio/crio.conf",
+                     "docker": "/etc/docker/daemon.json"}
+_RUNTIME_VERSION = re.compile(r"version (\d+\.\d+\.\d+(?:~rc\.\d+)?)")
 _FIELD = re.compile(r"^([A-Za-z ]+):\s*(.*?)\s*$")
 
 
@@ -59,9 +67,10 @@ def driver_gpus(proc_driver):
     return gpus
 
 
-def host_checks(node, paths, pinned_version=None):
+def host_checks(node, paths, pinned_version=None, runtime=None):
     """The HOST_CHECKS of this host as check dicts. ``paths``: {"sysfs", "proc_driver", "dev", "cdi_spec",
-    "runtime_config"}."""
+    "runtime_config"}; ``runtime``: {"kind": containerd, crio or docker (None: none is installed), "config": its
+    configuration file, "default": whether the roles made NVIDIA's runtime its default}."""
     results = []
     version = loaded_version(paths["sysfs"])
     gpus = driver_gpus(paths["proc_driver"])
@@ -95,8 +104,130 @@ def host_checks(node, paths, pinned_version=None):
         + "; run scv.gpu.nvidia_dev_char_links" if broken else None))
 
     results.append(_cdi_check(node, paths["cdi_spec"], [gpu["uuid"] for gpu in gpus]))
+    results.append(container_runtime_check(node, runtime or {}))
     results.append(_isolation_check(node, paths["runtime_config"]))
     return results
+
+
+def installed_runtime():
+    """The container runtime the container_toolkit role configures on this host when told ``auto``: docker where
+    dockerd is installed, else containerd, else CRI-O; None when none is."""
+    for kind, program in (("docker", "dockerd"), ("containerd", "containerd"), ("crio", "crio")):
+        if shutil.which(program):
+            return kind
+    return None
+
+
+def container_runtime_check(node, runtime):
+    """Whether ``runtime`` (see host_checks) gets pods to NVIDIA's runtime, and that runtime's release."""
+    kind, path = runtime.get("kind"), runtime.get("config")
+    if not kind:
+        return check(node, "container_runtime", skipped="no container runtime (dockerd, containerd, crio) is "
+                                                        "installed")
+    path = path or CONTAINER_CONFIGS[kind]
+    try:
+        default, runtimes = _READERS[kind](path)
+    except (OSError, ValueError) as error:
+        return check(node, "container_runtime", failure="%s cannot be read: %s; run the container_toolkit role" % (
+            path, getattr(error, "strerror", None) or " ".join(str(error).split())))
+    problems = runtime_choice_problems(kind, default, runtimes, runtime.get("default", True))
+    if problems:
+        return check(node, "container_runtime", failure="%s: %s" % (path, "; ".join(problems)))
+    binaries = sorted({binary for binary in runtimes.values() if binary.rsplit("/", 1)[-1].startswith(NVIDIA_RUNTIME)})
+    problem = _release_problem(binaries[0])
+    return check(node, "container_runtime", failure="%s names %s: %s" % (path, binaries[0], problem)
+                 if problem else None)
+
+
+def _release_problem(binary):
+    """Why the NVIDIA runtime at ``binary`` (a path, or a name found on PATH) will not do, or None."""
+    found = binary if os.path.isabs(binary) else shutil.which(binary)
+    if not found or not os.access(found, os.X_OK):
+        return "it is not an executable file on the host; run the container_toolkit role"
+    try:
+        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return "it did not run (%s)" % error
+    version = _RUNTIME_VERSION.search(done.stdout)
+    if not version:
+        return "its --version gave no version (exit %s): %s" % (done.returncode, " ".join(
+            (done.stdout + done.stderr).split())[:200])
+    try:
+        exposed = exposures(version.group(1))
+    except ToolkitVersionError as error:
+        return str(error)
+    if exposed:
+        return "release %s predates the fixes of %s (%s has them all): upgrade nvidia-container-toolkit" % (
+            version.group(1), ", ".join(item["cve"] for item in exposed), exposed[-1]["fixed"])
+    return None
+
+
+def _merged(into, update):
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merged(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def _toml(path):
+    if tomllib is None:
+        raise ValueError("Python 3.11 or newer is needed on the host to read it")
+    with open(path, "rb") as handle:
+        try:
+            return tomllib.load(handle)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError("%s is not TOML: %s" % (path, error)) from None
+
+
+def _containerd(path):
+    """(default runtime, {runtime: binary}) of containerd's configuration at ``path`` and the files it imports."""
+    settings = _toml(path)
+    imports = settings.get("imports") or []
+    merged = {}
+    for pattern in imports if isinstance(imports, list) else []:
+        pattern = pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(path), pattern)
+        for imported in sorted(glob.glob(pattern)):
+            _merged(merged, _toml(imported))
+    settings = _merged(merged, settings)
+    plugins = settings.get("plugins") or {}
+    # version 3 (containerd 2) keeps the runtimes in the CRI runtime plugin; version 2 in the CRI plugin
+    cri = ((plugins.get("io.containerd.cri.v1.runtime") or {}).get("containerd")
+           or (plugins.get("io.containerd.grpc.v1.cri") or {}).get("containerd") or {})
+    runtimes = {name: str(((body or {}).get("options") or {}).get("BinaryName") or "runc")
+                for name, body in (cri.get("runtimes") or {}).items()}
+    return str(cri.get("default_runtime_name") or "runc"), runtimes
+
+
+def _crio(path):
+    """(default runtime, {runtime: binary}) of CRI-O's configuration file ``path`` and the drop-ins of ``path``.d,
+    read as CRI-O reads them: every file under it, recursively, in byte order of their paths."""
+    settings = _toml(path) if os.path.exists(path) else {}
+    drop_ins = []
+    for folder, _dirs, files in os.walk(path + ".d", followlinks=True):
+        drop_ins += [os.path.join(folder, name) for name in files]
+    for drop_in in sorted(drop_ins, key=os.fsencode):
+        _merged(settings, _toml(drop_in))
+    runtime = (settings.get("crio") or {}).get("runtime") or {}
+    runtimes = {name: str((body or {}).get("runtime_path") or name)
+                for name, body in (runtime.get("runtimes") or {}).items()}
+    return str(runtime.get("default_runtime") or "crun"), runtimes
+
+
+def _docker(path):
+    """(default runtime, {runtime: binary}) of dockerd's daemon.json at ``path``."""
+    with open(path, encoding="utf-8") as handle:
+        settings = json.load(handle)
+    if not isinstance(settings, dict):
+        raise ValueError("it holds no JSON object")
+    runtimes = {"runc": "runc"}
+    runtimes.update({name: str((body or {}).get("path") or name) for name, body in
+                     (settings.get("runtimes") or {}).items() if isinstance(body, dict)})
+    return str(settings.get("default-runtime") or "runc"), runtimes
+
+
+_READERS = {"containerd": _containerd, "crio": _crio, "docker": _docker}
 
 
 def _names(dev):

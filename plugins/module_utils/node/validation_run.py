@@ -15,7 +15,8 @@ import uuid
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
-    POD_CHECKS, check, container_outcome, pending_reason, validation_pods)
+    METRICS_SERIES, NODE_CHECKS, POD_CHECKS, check, container_outcome, metrics_pod, pending_reason, series_naming_pod,
+    validation_pods)
 
 NAMESPACE_LABELS = {"app.kubernetes.io/managed-by": "scv.gpu",
                     # the probe and the workload run unprivileged: the restricted level would refuse neither but
@@ -30,34 +31,76 @@ def claim_body(name, device_class):
                 "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}}]}}}
 
 
-def validate_pods(client, node, namespace, workload, probe, request, timeout, clock=time.monotonic,
+def validate_pods(client, node, namespace, workload, probe, request, timeout, metrics=None, clock=time.monotonic,
                   sleep=time.sleep):
-    """The checks POD_CHECKS on Node ``node``: [check dicts]. ``request``: {"resource": name} or
-    {"device_class": name} (a DRA node, validated through a ResourceClaim)."""
+    """The checks POD_CHECKS, then ``metrics``, on Node ``node``: [check dicts]. ``request``: {"resource": name} or
+    {"device_class": name} (a DRA node, validated through a ResourceClaim). ``metrics``: None (the check is skipped)
+    or {"url", "read": a function of no argument giving the agent's exposition text or raising OSError, "holder":
+    {"image", "command"} of the pod that holds a GPU meanwhile, "hold": seconds it may take the agent}."""
     body = client.node(node)
     if body is None:
-        return [check(node, name, failure="Node %s does not exist" % node) for name in POD_CHECKS]
+        return [check(node, name, failure="Node %s does not exist" % node) for name in NODE_CHECKS]
     hostname = ((body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/hostname") or node
     if not client.namespace_exists(namespace):
         client.create_namespace(namespace, NAMESPACE_LABELS)
     run_id = uuid.uuid4().hex[:8]
-    made_claim = None
-    if request.get("device_class"):
-        made_claim = "scv-validate-%s" % run_id
-        client.create_claim(namespace, claim_body(made_claim, request["device_class"]))
-        request = {"claim": made_claim}
-    pods = validation_pods(node, hostname, run_id, workload, probe, request)
-    created = []
+    made_claims, created = [], []
+
+    def gpu_request(suffix):
+        if not request.get("device_class"):
+            return request
+        made_claims.append("scv-validate-%s-%s" % (run_id, suffix))
+        client.create_claim(namespace, claim_body(made_claims[-1], request["device_class"]))
+        return {"claim": made_claims[-1]}
+
     try:
+        pods = validation_pods(node, hostname, run_id, workload, probe, gpu_request("workload"))
         for _checks, pod in pods:
             _create(client, namespace, pod, clock, sleep)
             created.append(pod["metadata"]["name"])
-        return _wait(client, node, namespace, pods, timeout, clock, sleep)
+        results = _wait(client, node, namespace, pods, timeout, clock, sleep)
+        if metrics is None:
+            return results + [check(node, "metrics", skipped="no metrics URL of the node's agent was given")]
+        pod = metrics_pod(node, hostname, run_id, metrics["holder"], gpu_request("metrics"))
+        _create(client, namespace, pod, clock, sleep)
+        created.append(pod["metadata"]["name"])
+        return results + [_metrics(client, node, namespace, pod["metadata"]["name"], metrics, timeout, clock, sleep)]
     finally:
         for name in created:
             client.delete_in(namespace, name)
-        if made_claim:
-            client.delete_claim(namespace, made_claim)
+        for name in made_claims:
+            client.delete_claim(namespace, name)
+
+
+def _metrics(client, node, namespace, name, metrics, timeout, clock, sleep):
+    """Waits (``timeout`` s) until the holder pod runs, then reads the agent until it names the pod on a GPU's
+    series, for ``metrics["hold"]`` seconds at most."""
+    ends = clock() + timeout
+    while True:
+        current = client.current(namespace, name) or {}
+        if (current.get("status") or {}).get("phase") == "Running":
+            break
+        finished, failure = container_outcome(current, "holder")
+        if finished or clock() >= ends:
+            reason = (failure or "container holder ended before the agent was read") if finished else (
+                pending_reason(current) or "container holder did not start")
+            return check(node, "metrics", failure="pod %s/%s, within %d s: %s" % (namespace, name, timeout, reason))
+        sleep(1)
+    ends = clock() + metrics["hold"]
+    while True:
+        try:
+            named = series_naming_pod(metrics["read"](), namespace, name)
+        except (OSError, ValueError) as error:
+            return check(node, "metrics", failure="the agent's metrics at %s cannot be read (%s): is scv-gpu-agent "
+                                                  "running on the node, serving there?" % (metrics["url"], error))
+        if named:
+            return check(node, "metrics")
+        if clock() >= ends:
+            return check(node, "metrics", failure=(
+                "the agent at %s served no %s series naming pod %s/%s in the %d s the pod held a GPU: the agent "
+                "does not read the kubelet's pod-resources socket (scv_agent_pod_resources_socket)"
+                % (metrics["url"], METRICS_SERIES, namespace, name, metrics["hold"])))
+        sleep(1)
 
 
 def _create(client, namespace, pod, clock, sleep, patience=30):

@@ -10,7 +10,8 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
     FAILED, PASSED, SKIPPED, cdi_problems, check, conformance, container_outcome, isolation_problems, junit,
-    missing_device_nodes, table, validation_pods)
+    missing_device_nodes, series_naming_pod, table, validation_pods)
+from ansible_collections.scv.gpu.plugins.module_utils.node.validation_run import validate_pods
 
 GPU_A, GPU_B = "GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40", "GPU-5a7c0001-1f2e-4d3c-8b4a-9e8d7c6b5a41"
 RESULTS = [
@@ -124,3 +125,106 @@ def test_the_conformance_evidence_maps_each_requirement_to_its_checks():
     passing = json.loads(conformance([check("gpu-a", "workload"), check("gpu-a", "no_request")]))
     assert passing["requirements"]["secure_accelerator_access"]["passed"] is True
     assert SKIPPED not in json.dumps(passing["requirements"])
+
+
+EXPOSITION = """# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",pod="",namespace="",container=""} 0
+DCGM_FI_DEV_GPU_UTIL{gpu="3",UUID="GPU-d",container="holder",namespace="scv-gpu-validation",pod="scv-validate-1-metrics"} 7
+DCGM_FI_DEV_GPU_UTIL{gpu="4",UUID="GPU-e",pod="scv-validate-1-metrics",namespace="elsewhere"} 0
+DCGM_FI_DEV_FB_USED{gpu="5",pod="scv-validate-1-metrics",namespace="scv-gpu-validation"} 10
+DCGM_FI_DEV_GPU_UTIL{gpu="6",pod="a \\"quoted\\" pod",namespace="scv-gpu-validation",modelName="H100 {SXM}"} 1
+"""
+
+
+def test_the_series_naming_a_pod_are_found_by_its_pod_and_namespace_labels_only():
+    found = series_naming_pod(EXPOSITION, "scv-gpu-validation", "scv-validate-1-metrics")
+    assert [labels["gpu"] for labels in found] == ["3"]
+    assert series_naming_pod(EXPOSITION, "scv-gpu-validation", 'a \\"quoted\\" pod')[0]["modelName"] == "H100 {SXM}"
+    assert series_naming_pod(EXPOSITION, "scv-gpu-validation", "scv-validate-2-metrics") == []
+
+
+class FakeApi:
+    """What validation_run asks the API server, answered from a script: the holder pod's phase over time."""
+
+    def __init__(self, phases):
+        self.phases, self.made, self.deleted = list(phases), [], []
+
+    def node(self, name):
+        return {"metadata": {"labels": {"kubernetes.io/hostname": name}}}
+
+    def namespace_exists(self, namespace):
+        return True
+
+    def create_in(self, namespace, body):
+        self.made.append(body["metadata"]["name"])
+
+    def delete_in(self, namespace, name):
+        self.deleted.append(name)
+
+    def current(self, namespace, name):
+        if not name.endswith("-metrics"):
+            container = name.endswith("-workload") and ["workload", "no-request"] or ["probe"]
+            return {"status": {"containerStatuses": [{"name": each, "state": {"terminated": {"exitCode": 0}}}
+                                                     for each in container]}}
+        phase = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
+        return {"status": {"phase": phase}}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def _run(api, read, hold=5):
+    clock = Clock()
+    metrics = {"url": "http://gpu-a:9400/metrics", "read": read, "hold": hold,
+               "holder": {"image": "probe", "command": ["sleep", "65"]}}
+    found = validate_pods(api, "gpu-a", "scv-gpu-validation", {"image": "w"}, {"image": "p"},
+                          {"resource": "nvidia.com/gpu"}, 30, metrics=metrics, clock=clock, sleep=clock.sleep)
+    return {item["check"]: (item["outcome"], item["reason"]) for item in found}, clock.now
+
+
+def test_the_metrics_check_passes_once_the_agent_names_the_holder_pod():
+    api = FakeApi(["Pending", "Pending", "Running"])
+    reads = []
+
+    def read():
+        reads.append(1)
+        name = [made for made in api.made if made.endswith("-metrics")][0]
+        return EXPOSITION.replace("scv-validate-1-metrics", name) if len(reads) >= 3 else EXPOSITION
+    found, _ = _run(api, read)
+    assert found["metrics"] == ("passed", "") and len(reads) == 3
+    assert sorted(api.deleted) == sorted(api.made) and len(api.made) == 3
+
+
+def test_the_metrics_check_fails_when_the_agent_never_names_the_pod_or_does_not_answer():
+    found, now = _run(FakeApi(["Running"]), lambda: EXPOSITION, hold=5)
+    outcome, reason = found["metrics"]
+    assert outcome == FAILED and "served no DCGM_FI_DEV_GPU_UTIL series naming pod scv-gpu-validation/" in reason
+    assert "in the 5 s" in reason and now <= 10
+
+    def refused():
+        raise ConnectionRefusedError(111, "Connection refused")
+    outcome, reason = _run(FakeApi(["Running"]), refused)[0]["metrics"]
+    assert outcome == FAILED and "http://gpu-a:9400/metrics cannot be read" in reason and "running" in reason
+
+
+def test_a_holder_pod_that_never_runs_fails_the_metrics_check_and_is_deleted():
+    api = FakeApi(["Pending"])
+    found, _ = _run(api, lambda: EXPOSITION)
+    assert found["metrics"][0] == FAILED and "within 30 s: container holder did not start" in found["metrics"][1]
+    assert sorted(api.deleted) == sorted(api.made)
+
+
+def test_without_a_metrics_url_the_check_is_skipped():
+    api = FakeApi(["Running"])
+    found = validate_pods(api, "gpu-a", "ns", {"image": "w"}, {"image": "p"}, {"resource": "nvidia.com/gpu"}, 30,
+                          clock=Clock(), sleep=lambda _seconds: None)
+    assert found[-1]["check"] == "metrics" and found[-1]["outcome"] == SKIPPED and len(api.made) == 2

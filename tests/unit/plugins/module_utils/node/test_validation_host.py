@@ -8,7 +8,8 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.scv.gpu.plugins.module_utils.node.validation_host import driver_gpus, host_checks
+from ansible_collections.scv.gpu.plugins.module_utils.node.validation_host import (
+    container_runtime_check, driver_gpus, host_checks)
 
 UUIDS = ["GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40", "GPU-5a7c0001-1f2e-4d3c-8b4a-9e8d7c6b5a41"]
 ISOLATED = ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
@@ -34,12 +35,44 @@ def host(tmp_path):
     (tmp_path / "nvidia.yaml").write_text(yaml.safe_dump({"devices": [{"name": "0"}, {"name": UUIDS[0]},
                                                                       {"name": UUIDS[1]}, {"name": "all"}]}))
     (tmp_path / "config.toml").write_text(ISOLATED)
+    runtime = _runtime_binary(tmp_path, "1.20.2")
+    (tmp_path / "containerd.toml").write_text(CONTAINERD % runtime)
     return {"sysfs": str(tmp_path / "sys"), "proc_driver": str(tmp_path / "proc-driver"), "dev": str(dev),
-            "cdi_spec": str(tmp_path / "nvidia.yaml"), "runtime_config": str(tmp_path / "config.toml")}
+            "cdi_spec": str(tmp_path / "nvidia.yaml"), "runtime_config": str(tmp_path / "config.toml"),
+            "containerd": str(tmp_path / "containerd.toml"), "runtime": runtime}
+
+
+# as the container_toolkit role writes containerd's configuration (version 2, which containerd 2 reads too)
+CONTAINERD = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "nvidia"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  BinaryName = "%s"
+"""
+
+
+def _runtime_binary(folder, version):
+    """An executable that answers --version as NVIDIA's runtime does."""
+    binary = folder / "bin" / "nvidia-container-runtime"
+    binary.parent.mkdir(exist_ok=True)
+    binary.write_text("#!/bin/sh\necho 'NVIDIA Container Runtime version %s'\necho 'spec: 1.3.0'\n" % version)
+    binary.chmod(0o755)
+    return str(binary)
 
 
 def outcomes(paths, pinned=None):
-    return {item["check"]: (item["outcome"], item["reason"]) for item in host_checks("gpu-a", paths, pinned)}
+    runtime = {"kind": "containerd", "config": paths["containerd"], "default": True}
+    return {item["check"]: (item["outcome"], item["reason"])
+            for item in host_checks("gpu-a", paths, pinned, runtime)}
+
+
+def runtime_outcome(kind, config, default=True):
+    found = container_runtime_check("gpu-a", {"kind": kind, "config": str(config), "default": default})
+    return found["outcome"], found["reason"]
 
 
 def test_gpus_from_the_drivers_own_list(host):
@@ -49,7 +82,7 @@ def test_gpus_from_the_drivers_own_list(host):
 
 def test_a_host_as_the_roles_leave_it_passes_every_check(host):
     assert outcomes(host, "580") == {name: ("passed", "") for name in (
-        "driver", "device_nodes", "dev_char_links", "cdi_spec", "runtime_isolation")}
+        "driver", "device_nodes", "dev_char_links", "cdi_spec", "container_runtime", "runtime_isolation")}
     assert outcomes(host, "580.95.05")["driver"] == ("passed", "")
 
 
@@ -106,3 +139,84 @@ def test_a_runtime_config_that_does_not_isolate_fails(host, text):
         handle.write(text)
     outcome, reason = outcomes(host)["runtime_isolation"]
     assert outcome == "failed" and host["runtime_config"] in reason
+
+
+def test_runc_as_containerds_default_with_no_runtime_of_nvidias_fails(host):
+    path = host["containerd"]
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    text = text.replace('default_runtime_name = "nvidia"', 'default_runtime_name = "runc"')
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text.split('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]')[0])
+    outcome, reason = outcomes(host)["container_runtime"]
+    assert outcome == "failed" and path in reason and "no runtime runs nvidia-container-runtime" in reason
+    assert "the default is runc" in reason
+
+
+def test_nvidias_runtime_not_the_default_fails_only_where_the_roles_made_it_the_default(host):
+    path = host["containerd"]
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read().replace('default_runtime_name = "nvidia"', 'default_runtime_name = "runc"')
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    outcome, reason = runtime_outcome("containerd", path)
+    assert outcome == "failed" and "the default runtime is runc, not NVIDIA's (nvidia)" in reason
+    assert "container_toolkit_containerd_default_runtime" in reason
+    assert runtime_outcome("containerd", path, default=False) == ("passed", "")
+
+
+def test_containerd_2s_own_layout_and_imported_files_are_read(tmp_path, host):
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "99-nvidia.toml").write_text(
+        'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd]\n  default_runtime_name = "nvidia"\n'
+        '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]\n  BinaryName = "%s"\n'
+        % host["runtime"])
+    main = tmp_path / "main.toml"
+    main.write_text('version = 3\nimports = ["conf.d/*.toml"]\n')
+    assert runtime_outcome("containerd", main) == ("passed", "")
+    main.write_text('version = 3\n')
+    assert "no runtime runs" in runtime_outcome("containerd", main)[1]
+
+
+def test_a_release_before_the_last_security_fix_is_named(tmp_path, host):
+    _runtime_binary(tmp_path, "1.17.3")
+    outcome, reason = outcomes(host)["container_runtime"]
+    assert outcome == "failed" and "release 1.17.3 predates the fixes of CVE-2025-23359" in reason, reason
+    assert "(1.19.1 has them all)" in reason
+
+
+def test_a_runtime_binary_that_is_not_there_is_named(tmp_path, host):
+    os.unlink(host["runtime"])
+    outcome, reason = outcomes(host)["container_runtime"]
+    assert outcome == "failed" and host["runtime"] in reason and "not an executable file" in reason
+
+
+def test_crio_reads_its_drop_ins_recursively_in_byte_order(tmp_path, host):
+    main = tmp_path / "crio.conf"
+    main.write_text('[crio.runtime]\ndefault_runtime = "crun"\n')
+    drop_ins = tmp_path / "crio.conf.d"
+    (drop_ins / "sub").mkdir(parents=True)
+    (drop_ins / "10-nvidia.conf").write_text(
+        '[crio.runtime]\ndefault_runtime = "nvidia"\n[crio.runtime.runtimes.nvidia]\nruntime_path = "%s"\n'
+        % host["runtime"])
+    assert runtime_outcome("crio", main) == ("passed", "")
+    # 10-nvidia.conf/... sorts after 10-nvidia.conf, and "sub/..." after both: the last word is crun's
+    (drop_ins / "sub" / "01-crun.conf").write_text('[crio.runtime]\ndefault_runtime = "crun"\n')
+    outcome, reason = runtime_outcome("crio", main)
+    assert outcome == "failed" and "the default runtime is crun" in reason
+
+
+def test_dockers_daemon_json_is_read(tmp_path, host):
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text('{"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "%s"}}}' % host["runtime"])
+    assert runtime_outcome("docker", daemon) == ("passed", "")
+    daemon.write_text('{"runtimes": {"nvidia": {"path": "%s"}}}' % host["runtime"])
+    assert "the default runtime is runc" in runtime_outcome("docker", daemon)[1]
+    daemon.write_text("[]")
+    outcome, reason = runtime_outcome("docker", daemon)
+    assert outcome == "failed" and "holds no JSON object" in reason
+
+
+def test_no_container_runtime_skips_the_check():
+    found = container_runtime_check("gpu-a", {"kind": None})
+    assert found["outcome"] == "skipped" and "no container runtime" in found["reason"]
