@@ -20,6 +20,9 @@ description:
   - C(dev_char_links) - each NVIDIA device node has its C(/dev/char/<major>:<minor>) link (see
     M(scv.gpu.nvidia_dev_char_links)).
   - C(cdi_spec) - O(cdi_spec) names every GPU the driver lists, by UUID, and no GPU it does not.
+  - C(fabric) - on NVSwitch (HGX) boards, every GPU in an NVLink fabric has it completed, with status
+    C(Success) and healthy, as O(nvml) (M(scv.gpu.gpu_facts) with the C(fabric) subset) reads it: Fabric Manager
+    trained it. Skipped where no GPU is in a fabric.
   - C(container_runtime) - the container runtime (O(container_runtime)) has a runtime that runs
     C(nvidia-container-runtime), as its default where O(default_runtime) says the roles made it so; that binary
     exists and its release has every fix of NVIDIA's security bulletins for the toolkit (1.19.1 and later).
@@ -64,6 +67,11 @@ options:
     description: NVIDIA's container runtime configuration.
     type: path
     default: /etc/nvidia-container-runtime/config.toml
+  nvml:
+    description:
+      - The C(nvidia_gpu) fact of M(scv.gpu.gpu_facts), read with the C(fabric) subset. Without it the C(fabric)
+        check is skipped.
+    type: dict
   container_runtime:
     description:
       - The container runtime whose configuration is checked. V(auto) picks it as the container_toolkit role does
@@ -111,7 +119,7 @@ RETURN = r"""
 checks:
   description:
     - One entry per check, in the order C(driver), C(device_nodes), C(dev_char_links), C(cdi_spec),
-      C(container_runtime), C(runtime_isolation). C(outcome) is V(passed), V(failed) or V(skipped), C(reason) says why
+      C(fabric), C(container_runtime), C(runtime_isolation). C(outcome) is V(passed), V(failed) or V(skipped), C(reason) says why
       a check failed or was skipped (the file or device node, and what to do).
   returned: always
   type: list
@@ -154,6 +162,7 @@ def main():
         proc_driver=dict(type="path", default="/proc/driver"),
         cdi_spec=dict(type="path", default="/etc/cdi/nvidia.yaml"),
         runtime_config=dict(type="path", default="/etc/nvidia-container-runtime/config.toml"),
+        nvml=dict(type="dict"),
         container_runtime=dict(type="str", choices=["auto", "docker", "containerd", "crio"], default="auto"),
         container_config=dict(type="path"),
         default_runtime=dict(type="dict", default={}),
@@ -174,7 +183,7 @@ def main():
                          % ", ".join(unknown))
     runtime = {"kind": kind, "config": params["container_config"],
                "default": boolean(params["default_runtime"].get(kind, True), strict=False)}
-    checks = host_checks(params["node"], paths, pinned, runtime)
+    checks = host_checks(params["node"], paths, pinned, runtime, params["nvml"])
     module.exit_json(changed=False, checks=checks, gpus=driver_gpus(params["proc_driver"]),
                      failed_checks=sum(1 for item in checks if item["outcome"] == FAILED))
 

@@ -70,11 +70,12 @@ def deploy_device_plugin(ansible, plane, host, work):
 
 
 def switch(ansible, plane, host, stack):
-    """playbooks/gpu_stack.yml moving the node to ``stack``; NVIDIA's DRA image is absent and pulled Never."""
+    """playbooks/gpu_stack.yml moving the node to ``stack``; NVIDIA's DRA image is absent and pulled Never. The
+    validation's images are not on the node either: its pods on a DRA node are test_validate's."""
     settings = host.settings(plane, NODE, PLUGIN_NAMESPACES[DRA_DAEMONSET], gpu_stack=stack,
                              scv_gpu_hosts="localhost", scv_gpu_kubeconfig=str(plane.admin_kubeconfig),
                              k8s_node_name=NODE, dra_driver_image=IMAGE, dra_driver_image_pull_policy="Never",
-                             dra_driver_offer_timeout=90)
+                             dra_driver_offer_timeout=90, dra_driver_validate=False)
     return play(ansible, host, ROOT / "playbooks" / "gpu_stack.yml", settings)
 
 

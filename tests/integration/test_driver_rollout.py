@@ -5,7 +5,8 @@ PCI bus) and Node object; NVML is the simulator (one TITAN Xp) and nvidia-smi th
 asks it. The install itself is the host method's work, tested in molecule, so it runs here
 with --skip-tags driver and scv_gpu_upgrade_force. What runs for real: serial batches with
 max_fail_percentage 0, the marked cordon, the drain, the verification (NVML against the PCI
-bus), the wait for allocatable nvidia.com/gpu, and the uncordon of our own cordons only.
+bus), the wait for allocatable nvidia.com/gpu, and the uncordon of our own cordons only. No kubelet
+runs pods, so the validation before the uncordon is off but in the test of a node that fails it.
 A thread plays the device plugin: it makes a cordoned node offer its GPU after 2 s, as the
 kubelet does once the plugin registers after a reboot.
 """
@@ -84,8 +85,10 @@ def rollout(ansible, plane, tmp_path, standin_bin, hosts, *extra):
                                         "ansible_python_interpreter": str(ansible.python)}}}
     path = tmp_path / "inventory.json"
     path.write_text(json.dumps(inventory))
+    # no kubelet runs pods here: validation is off but where a test turns it on (test_validate runs its pods)
     settings = {"scv_gpu_kubeconfig": str(plane.admin_kubeconfig), "scv_gpu_upgrade_force": True,
-                "nvidia_driver_persistenced": False, "nvidia_driver_drain_timeout": 30}
+                "nvidia_driver_persistenced": False, "nvidia_driver_drain_timeout": 30,
+                "nvidia_driver_validate": False}
     env = ansible.env("titan_xp")
     env["PATH"] = "%s:%s" % (standin_bin, env["PATH"])
     command = [str(ansible.venv / "bin" / "ansible-playbook"), "-i", str(path),
@@ -137,6 +140,44 @@ def test_rollout_stops_at_the_first_failure_and_leaves_foreign_cordons(
     assert d not in done.stdout.partition("PLAY RECAP")[2]
     assert recap(done.stdout, c)["failed"] == 1
     assert recap(done.stdout, b)["failed"] == 0 and recap(done.stdout, a)["failed"] == 0
+
+
+def test_a_node_that_fails_its_validation_stays_cordoned_and_the_rollout_stops(
+        ansible, control_plane, tmp_path, standin_bin):
+    """Validation on: the node is verified and offers its GPU, but the workload pod never runs (no kubelet here),
+    so the node keeps our cordon, says which checks failed, and the next node is not touched."""
+    plane = control_plane
+    tag = ansible.venv.name.strip(".").replace("_", "-").replace(".", "-")
+    a, b = ("roll-validate-%s-%s" % (letter, tag) for letter in "ab")
+    namespace = "roll-validate-" + tag
+    for name in (a, b):
+        put_node(plane, name)
+    # the namespace and its default ServiceAccount, which a cluster's controller manager would make
+    plane.kubectl("create", "namespace", namespace, check=False)
+    plane.kubectl("create", "serviceaccount", "default", "-n", namespace, check=False)
+    hosts = [(name, sysfs_with(tmp_path, name, ["0000:01:00.0"])) for name in (a, b)]
+    plugin = DevicePlugin(plane, [a, b])
+    plugin.start()
+    try:
+        done = rollout(ansible, plane, tmp_path, standin_bin, hosts, "-e", json.dumps(
+            {"nvidia_driver_validate": True, "nvidia_driver_validation": {"timeout": 3, "namespace": namespace}}))
+    finally:
+        plugin.stopping.set()
+        plugin.join()
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    # a: verified and offering its GPU, but not validated: it keeps our cordon and names the failed check
+    assert a in plugin.offered
+    assert read_object(plane, "node", a)["spec"].get("unschedulable") is True, output
+    assert read_object(plane, "node", a)["metadata"]["annotations"][ANNOTATION] == "scv.gpu.nvidia_driver"
+    assert "Node %s failed its validation after the driver install: workload: pod " % a in output, output
+    assert "The node stays cordoned." in output
+    assert not plane.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.strip()
+    # b: the rollout stopped before it
+    assert not read_object(plane, "node", b)["spec"].get("unschedulable")
+    assert b not in plugin.offered
+    assert b not in done.stdout.partition("PLAY RECAP")[2]
+    assert recap(done.stdout, a)["failed"] == 1
 
 
 def test_a_node_that_never_offers_its_gpus_stays_cordoned(ansible, control_plane, tmp_path, standin_bin):

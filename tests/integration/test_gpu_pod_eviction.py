@@ -115,9 +115,10 @@ class Kubelet(threading.Thread):
 
 
 def switch(ansible, plane, host, node, **more):
+    # no kubelet runs pods here, so no validation pod would (test_validate runs its pods)
     settings = host.settings(plane, node, "gpu-evict-%s" % suffix(ansible), gpu_stack="dra",
                              scv_gpu_hosts="localhost", scv_gpu_kubeconfig=str(plane.admin_kubeconfig),
-                             k8s_node_name=node, dra_driver_offer_timeout=60)
+                             k8s_node_name=node, dra_driver_offer_timeout=60, dra_driver_validate=False)
     settings.update(more)
     return ansible.playbook("playbooks/gpu_stack.yml", SCENARIO, "-e", json.dumps(settings))
 

@@ -7,7 +7,8 @@ they would publish once the label switches the node's plugin is published by the
 waits: for DRA, a ResourceSlice of driver gpu.nvidia.com created with the node's own credentials (the Node
 authorizer allows a node exactly that, as it allows NVIDIA's kubelet plugin); for the device plugin, allocatable
 nvidia.com/gpu in the Node's status, as the kubelet reports it. So the playbook's wait is the one a real node
-meets. The host is simulated as in test_dra_driver.py.
+meets. The host is simulated as in test_dra_driver.py. No kubelet runs pods, so the validation before the uncordon
+is off but in the test of a node that fails it.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def host(tmp_path, monkeypatch):
 
 
 def switch(ansible, plane, host, node, stack, *extra, **more):
+    # no kubelet runs pods here: validation is off but where a test turns it on (test_validate runs its pods)
     settings = host.settings(plane, node, "gpu-stack-%s" % suffix(ansible), gpu_stack=stack,
                              scv_gpu_hosts="localhost", scv_gpu_kubeconfig=str(plane.admin_kubeconfig),
-                             k8s_node_name=node, dra_driver_offer_timeout=60)
+                             k8s_node_name=node, dra_driver_offer_timeout=60, dra_driver_validate=False)
     settings.update(more)
     return ansible.playbook("playbooks/gpu_stack.yml", SCENARIO, "-e", json.dumps(settings), *extra)
 
@@ -64,6 +66,24 @@ class Plugin(threading.Thread):
             self.plane.kubectl("delete", "resourceslices.resource.k8s.io", "%s-gpu.nvidia.com" % self.node,
                                "--ignore-not-found")
             publish_status(self.plane, self.node, {"allocatable": {"nvidia.com/gpu": "4"}})
+
+
+class Claims(threading.Thread):
+    """Polls the ResourceClaims of ``namespace`` until stopped, noting the DeviceClass each one asks for."""
+
+    def __init__(self, plane, namespace):
+        super().__init__(daemon=True)
+        self.plane, self.namespace, self.classes = plane, namespace, {}
+        self.stopping = threading.Event()
+
+    def run(self):
+        while not self.stopping.is_set():
+            done = self.plane.kubectl("get", "resourceclaims.resource.k8s.io", "-n", self.namespace, "-o", "json",
+                                      check=False)
+            for claim in json.loads(done.stdout or "{}").get("items", []):
+                self.classes[claim["metadata"]["name"]] = [request["exactly"]["deviceClassName"]
+                                                           for request in claim["spec"]["devices"]["requests"]]
+            self.stopping.wait(0.3)
 
 
 def switched(ansible, plane, host, node, stack):
@@ -115,6 +135,42 @@ def test_a_node_that_never_offers_stays_cordoned_and_a_rerun_finishes_the_move(a
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     after = node_object(plane, node)
     assert not after["spec"].get("unschedulable") and MARK not in (after["metadata"].get("annotations") or {})
+
+
+def test_a_node_that_fails_its_validation_on_dra_stays_cordoned(ansible, control_plane, host):
+    """Validation on: the node moves to DRA and publishes its ResourceSlice, but the workload pod, which asks for a
+    GPU through a ResourceClaim of DeviceClass gpu.nvidia.com, never runs (no kubelet here): the node keeps our
+    cordon and says which checks failed, and neither pod nor claim is left."""
+    plane = control_plane
+    node = "stack-validate-%s" % suffix(ansible)
+    namespace = "stack-validate-%s" % suffix(ansible)
+    put_node(plane, node, dict(GPU_NODE), gpus=4)
+    # the namespace and its default ServiceAccount, which a cluster's controller manager would make
+    plane.kubectl("create", "namespace", namespace, check=False)
+    plane.kubectl("create", "serviceaccount", "default", "-n", namespace, check=False)
+
+    plugin, claims = Plugin(plane, node, "dra"), Claims(plane, namespace)
+    plugin.start()
+    claims.start()
+    try:
+        done = switch(ansible, plane, host, node, "dra", dra_driver_validate=True,
+                      dra_driver_validation={"timeout": 3, "namespace": namespace})
+    finally:
+        claims.stopping.set()
+        claims.join()
+    plugin.join(timeout=130)
+    output = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode != 0, output
+    assert "Node %s failed its validation on the dra stack: workload: pod " % node in output, output
+    assert "The node stays cordoned, labelled scv.gpu/gpu-stack=dra." in output
+    after = node_object(plane, node)
+    assert after["metadata"]["labels"]["scv.gpu/gpu-stack"] == "dra"
+    assert after["spec"]["unschedulable"] is True and after["metadata"]["annotations"][MARK] == "scv.gpu.gpu_stack"
+    # the workload asked for its GPU the DRA way, through a claim of the driver's DeviceClass
+    assert list(claims.classes.values()) == [["gpu.nvidia.com"]], claims.classes
+    for kind in ("pods", "resourceclaims.resource.k8s.io"):
+        assert not plane.kubectl("get", kind, "-n", namespace, "-o", "name").stdout.strip(), kind
+    assert recap(done.stdout)["failed"] == 1
 
 
 def test_a_node_cordoned_by_someone_else_is_switched_and_stays_cordoned(ansible, control_plane, host):

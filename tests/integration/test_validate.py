@@ -26,11 +26,13 @@ from harness.common import wait_until
 from harness.control_plane import read_object
 from harness.gpu_images import GPUS_IMAGE
 from harness.gpu_node import GpuNode
+from harness.paths import scenario_path
 
 NODE = "validate-node"
 NAMESPACE = "validate-workloads"
 VALIDATION_NAMESPACE = "scv-gpu-validation"
-HOST_CHECKS = ["driver", "device_nodes", "dev_char_links", "cdi_spec", "container_runtime", "runtime_isolation"]
+HOST_CHECKS = ["driver", "device_nodes", "dev_char_links", "cdi_spec", "fabric", "container_runtime",
+               "runtime_isolation"]
 POD_CHECKS = ["workload", "second_container", "no_request", "metrics"]
 
 
@@ -52,6 +54,9 @@ def node(access, ansible, agent_command, tmp_path_factory):
     (sysfs / "module" / "nvidia" / "version").write_text(gpu_node.root.driver_version + "\n")
     gpu_node.sysfs = sysfs
     gpu_node.agent_command = agent_command
+    # what NVML says on the host (gpu_facts' fabric subset): the node's scenario, in a copy a test may change
+    gpu_node.nvml_scenario = work / "nvml-scenario.json"
+    shutil.copy(scenario_path(gpu_node.scenario), gpu_node.nvml_scenario)
     with gpu_node.running(NAMESPACE):
         gpu_node.deploy_device_plugin()
         _make_links(gpu_node)
@@ -86,7 +91,7 @@ def validate(node, tmp_path, extra=None, *arguments):
                                      "runtime_config": str(node.runtime_config),
                                      "container_config": str(node.containerd.config)}}
     variables.update(extra or {})
-    done = node.ansible.playbook("playbooks/validate.yml", None, "-e", json.dumps(variables), *arguments)
+    done = node.ansible.playbook("playbooks/validate.yml", node.nvml_scenario, "-e", json.dumps(variables), *arguments)
     report = tmp_path / "report"
     files = {path.name: path.read_text() for path in report.iterdir()} if report.is_dir() else {}
     leftover = node.plane.kubectl("get", "pods", "-n", VALIDATION_NAMESPACE, "-o", "name", check=False).stdout
@@ -112,7 +117,7 @@ def test_a_node_the_roles_built_passes_and_the_report_says_so_three_ways(node, t
     assert sorted(files) == ["validation.conformance.json", "validation.junit.xml", "validation.md"]
     assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
     rows = [line for line in files["validation.md"].splitlines() if line.startswith("| %s |" % NODE)]
-    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 10))], files["validation.md"]
+    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 11))], files["validation.md"]
     evidence = json.loads(files["validation.conformance.json"])["requirements"]
     assert evidence["secure_accelerator_access"]["passed"] is True
     assert {item["check"] for item in evidence["secure_accelerator_access"]["evidence"]} == {
@@ -191,6 +196,20 @@ def test_a_stopped_agent_fails_the_metrics_check(node, tmp_path):
         assert [name for name, (outcome, _) in found.items() if outcome == "failed"] == ["metrics"], found
     finally:
         start_agent(node)
+
+
+def test_a_gpu_whose_nvlink_fabric_is_not_trained_fails_the_fabric_check(node, tmp_path):
+    """As NVML reports a Hopper HGX board on which Fabric Manager has not finished (or not started)."""
+    saved = node.nvml_scenario.read_text()
+    scenario = json.loads(saved)
+    scenario["devices"][3]["fabric"]["state"] = 2          # NVML_GPU_FABRIC_STATE_IN_PROGRESS
+    node.nvml_scenario.write_text(json.dumps(scenario))
+    try:
+        found = _fails(node, tmp_path, {"fabric": "GPU 3 (%s): its NVLink fabric is in progress" % (
+            scenario["devices"][3]["uuid"])})
+        assert "nvidia-fabricmanager" in found["fabric"][1], found
+    finally:
+        node.nvml_scenario.write_text(saved)
 
 
 def test_a_cdi_spec_naming_a_gpu_no_longer_there_fails(node, tmp_path):

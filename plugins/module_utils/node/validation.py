@@ -25,6 +25,8 @@ CHECKS = {
     "dev_char_links": ("each NVIDIA device node has its /dev/char link, which systemd's device cgroup rules need",
                        ["driver_runtime_management"]),
     "cdi_spec": ("the CDI specification names every GPU the driver has, and no other", ["driver_runtime_management"]),
+    "fabric": ("on NVSwitch (HGX) boards, every GPU's NVLink fabric is completed, healthy and successful: Fabric "
+               "Manager trained it", ["driver_runtime_management"]),
     "container_runtime": ("the container runtime runs NVIDIA's runtime (as its default, where the roles made it so), "
                           "and that runtime is a release with every published security fix",
                           ["driver_runtime_management", "secure_accelerator_access"]),
@@ -93,6 +95,25 @@ def isolation_problems(settings):
         problems.append("accept-nvidia-visible-devices-as-volume-mounts is not true: the device plugin's volume-mount "
                         "lists reach no container")
     return problems
+
+
+def fabric_problems(cards):
+    """What is wrong with the NVLink fabric of ``cards`` (gpu_facts' cardList, read with the fabric subset):
+    (problems [text], whether any card is in a fabric)."""
+    problems, in_fabric = [], False
+    for card in cards:
+        fabric = card.get("fabric")
+        if not isinstance(fabric, dict):
+            continue
+        in_fabric = True
+        name = "GPU %s (%s)" % (card.get("id"), card.get("uuid"))
+        if fabric.get("state") != "completed":
+            problems.append("%s: its NVLink fabric is %s, not completed" % (name, fabric.get("state")))
+        elif fabric.get("status") != "Success":
+            problems.append("%s: its NVLink fabric failed (%s)" % (name, fabric.get("status")))
+        elif fabric.get("healthSummary") not in (None, "healthy"):
+            problems.append("%s: its NVLink fabric is %s" % (name, fabric.get("healthSummary")))
+    return problems, in_fabric
 
 
 NVIDIA_RUNTIME = "nvidia-container-runtime"

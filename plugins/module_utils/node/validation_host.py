@@ -24,7 +24,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.dev_char import link_
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import loaded_version
 from ansible_collections.scv.gpu.plugins.module_utils.host.toolkit_advisories import ToolkitVersionError, exposures
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
-    NVIDIA_RUNTIME, cdi_problems, check, isolation_problems, missing_device_nodes, runtime_choice_problems)
+    NVIDIA_RUNTIME, cdi_problems, check, fabric_problems, isolation_problems, missing_device_nodes,
+    runtime_choice_problems)
 
 try:
     import tomllib
@@ -36,7 +37,8 @@ try:
 except ImportError:
     yaml = None
 
-HOST_CHECKS = ("driver", "device_nodes", "dev_char_links", "cdi_spec", "container_runtime", "runtime_isolation")
+HOST_CHECKS = ("driver", "device_nodes", "dev_char_links", "cdi_spec", "fabric", "container_runtime",
+               "runtime_isolation")
 CONTAINER_CONFIGS = {"containerd": "/etc/containerd/config.toml", "crio": "/etc/crio/crio.conf",
                      "docker": "/etc/docker/daemon.json"}
 _RUNTIME_VERSION = re.compile(r"version (\d+\.\d+\.\d+(?:~rc\.\d+)?)")
@@ -67,10 +69,11 @@ def driver_gpus(proc_driver):
     return gpus
 
 
-def host_checks(node, paths, pinned_version=None, runtime=None):
+def host_checks(node, paths, pinned_version=None, runtime=None, nvml=None):
     """The HOST_CHECKS of this host as check dicts. ``paths``: {"sysfs", "proc_driver", "dev", "cdi_spec",
     "runtime_config"}; ``runtime``: {"kind": containerd, crio or docker (None: none is installed), "config": its
-    configuration file, "default": whether the roles made NVIDIA's runtime its default}."""
+    configuration file, "default": whether the roles made NVIDIA's runtime its default}; ``nvml``: gpu_facts'
+    nvidia_gpu fact, read with the fabric subset (None: the fabric check is skipped)."""
     results = []
     version = loaded_version(paths["sysfs"])
     gpus = driver_gpus(paths["proc_driver"])
@@ -104,9 +107,26 @@ def host_checks(node, paths, pinned_version=None, runtime=None):
         + "; run scv.gpu.nvidia_dev_char_links" if broken else None))
 
     results.append(_cdi_check(node, paths["cdi_spec"], [gpu["uuid"] for gpu in gpus]))
+    results.append(fabric_check(node, nvml))
     results.append(container_runtime_check(node, runtime or {}))
     results.append(_isolation_check(node, paths["runtime_config"]))
     return results
+
+
+def fabric_check(node, nvml):
+    """Every GPU in an NVLink fabric has it completed: on NVSwitch boards, Fabric Manager trained it."""
+    if nvml is None:
+        return check(node, "fabric", skipped="no NVML reading was given")
+    if not nvml.get("nvml_available"):
+        return check(node, "fabric", skipped="NVML cannot be read: %s" % (nvml.get("nvml_error") or "unknown"))
+    problems, in_fabric = fabric_problems(nvml.get("cardList") or [])
+    if problems:
+        return check(node, "fabric", failure="; ".join(problems) + ": Fabric Manager has not brought the fabric "
+                                                                   "up; see systemctl status nvidia-fabricmanager")
+    if not in_fabric:
+        return check(node, "fabric", skipped="no GPU is in an NVLink fabric (no NVSwitch board, or GPUs older than "
+                                             "Hopper, whose fabric NVML does not report)")
+    return check(node, "fabric")
 
 
 def installed_runtime():

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation_host import (
-    container_runtime_check, driver_gpus, host_checks)
+    container_runtime_check, driver_gpus, fabric_check, host_checks)
 
 UUIDS = ["GPU-5a7c0000-1f2e-4d3c-8b4a-9e8d7c6b5a40", "GPU-5a7c0001-1f2e-4d3c-8b4a-9e8d7c6b5a41"]
 ISOLATED = ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
@@ -64,10 +64,24 @@ def _runtime_binary(folder, version):
     return str(binary)
 
 
+def nvml(*states):
+    """gpu_facts' nvidia_gpu fact with a card per fabric ``states`` item: (state, status, health) or None."""
+    cards = []
+    for number, state in enumerate(states):
+        card = {"id": number, "uuid": "GPU-%d" % number}
+        if state:
+            card["fabric"] = {"state": state[0], "status": state[1], "healthSummary": state[2], "cliqueId": 0}
+        cards.append(card)
+    return {"nvml_available": True, "nvml_error": None, "cardList": cards}
+
+
+TRAINED = ("completed", "Success", "healthy")
+
+
 def outcomes(paths, pinned=None):
     runtime = {"kind": "containerd", "config": paths["containerd"], "default": True}
     return {item["check"]: (item["outcome"], item["reason"])
-            for item in host_checks("gpu-a", paths, pinned, runtime)}
+            for item in host_checks("gpu-a", paths, pinned, runtime, nvml(TRAINED, TRAINED))}
 
 
 def runtime_outcome(kind, config, default=True):
@@ -82,7 +96,7 @@ def test_gpus_from_the_drivers_own_list(host):
 
 def test_a_host_as_the_roles_leave_it_passes_every_check(host):
     assert outcomes(host, "580") == {name: ("passed", "") for name in (
-        "driver", "device_nodes", "dev_char_links", "cdi_spec", "container_runtime", "runtime_isolation")}
+        "driver", "device_nodes", "dev_char_links", "cdi_spec", "fabric", "container_runtime", "runtime_isolation")}
     assert outcomes(host, "580.95.05")["driver"] == ("passed", "")
 
 
@@ -220,3 +234,22 @@ def test_dockers_daemon_json_is_read(tmp_path, host):
 def test_no_container_runtime_skips_the_check():
     found = container_runtime_check("gpu-a", {"kind": None})
     assert found["outcome"] == "skipped" and "no container runtime" in found["reason"]
+
+
+@pytest.mark.parametrize("state, said", [
+    (("not started", "Success", "healthy"), "GPU 1 (GPU-1): its NVLink fabric is not started, not completed"),
+    (("in progress", "Success", "healthy"), "GPU 1 (GPU-1): its NVLink fabric is in progress"),
+    (("completed", "NVML_ERROR_INSUFFICIENT_RESOURCES", "healthy"), "GPU 1 (GPU-1): its NVLink fabric failed"),
+    (("completed", "Success", "degraded bandwidth"), "GPU 1 (GPU-1): its NVLink fabric is degraded bandwidth"),
+])
+def test_a_gpu_whose_fabric_is_not_up_fails_naming_it_and_fabric_manager(state, said):
+    found = fabric_check("gpu-a", nvml(TRAINED, state, TRAINED))
+    assert found["outcome"] == "failed" and found["reason"].startswith(said), found
+    assert "GPU 0" not in found["reason"] and "nvidia-fabricmanager" in found["reason"]
+
+
+def test_no_fabric_or_no_nvml_skips_the_fabric_check():
+    assert fabric_check("gpu-a", nvml(None, None))["outcome"] == "skipped"
+    unread = fabric_check("gpu-a", {"nvml_available": False, "nvml_error": "libnvidia-ml.so.1: cannot open"})
+    assert unread["outcome"] == "skipped" and "libnvidia-ml.so.1" in unread["reason"]
+    assert fabric_check("gpu-a", nvml(TRAINED, None))["outcome"] == "passed"
