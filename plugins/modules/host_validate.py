@@ -21,8 +21,8 @@ description:
     M(scv.gpu.nvidia_dev_char_links)).
   - C(cdi_spec) - O(cdi_spec) names every GPU the driver lists, by UUID, and no GPU it does not.
   - C(fabric) - on NVSwitch (HGX) boards, every GPU in an NVLink fabric has it completed, with status
-    C(Success) and healthy, as O(nvml) (M(scv.gpu.gpu_facts) with the C(fabric) subset) reads it: Fabric Manager
-    trained it. Skipped where no GPU is in a fabric.
+    C(Success) and healthy, as O(nvml) (M(scv.gpu.gpu_facts) with the C(fabric) subset) reads it, so Fabric
+    Manager trained it. Skipped where no GPU is in a fabric.
   - C(container_runtime) - the container runtime (O(container_runtime)) has a runtime that runs
     C(nvidia-container-runtime), as its default where O(default_runtime) says the roles made it so; that binary
     exists and its release has every fix of NVIDIA's security bulletins for the toolkit (1.19.1 and later).
@@ -181,7 +181,7 @@ def main():
     if unknown:
         module.fail_json(msg="default_runtime: expected keys among docker, containerd and crio, got %s"
                          % ", ".join(unknown))
-    runtime = {"kind": kind, "config": params["container_config"],
+    runtime = {"kind": kind, "config": params["container_config"], "run": module.run_command,
                "default": boolean(params["default_runtime"].get(kind, True), strict=False)}
     checks = host_checks(params["node"], paths, pinned, runtime, params["nvml"])
     module.exit_json(changed=False, checks=checks, gpus=driver_gpus(params["proc_driver"]),

@@ -19,10 +19,15 @@ description:
   - The no-request pod runs O(probe_image) with C(NVIDIA_VISIBLE_DEVICES=all) and C(NVIDIA_DRIVER_CAPABILITIES=all) in
     its environment, as CUDA base images set them. It must find no GPU.
   - These are the three cases of the secure accelerator access test of the CNCF Kubernetes AI Conformance.
-  - Given O(metrics_url), a third pod then holds one GPU (O(probe_image) running O(metrics_command)) while the
+  - Given O(metrics_url), a third pod then holds one GPU (O(probe_image) running O(holder_command)) while the
     node's agent is read there, until it serves C(DCGM_FI_DEV_GPU_UTIL) of that GPU labelled with the pod's
     C(namespace) and C(pod), for O(metrics_hold) seconds at most. This is evidence for the accelerator metrics
     requirement. Without O(metrics_url) that check is skipped.
+  - Where the node's device plugin shares its GPUs (its C(nvidia.com/gpu.replicas) label above 1, as
+    M(scv.gpu.node_labels) writes it from the plugin's config), one more pod than the node has GPUs
+    (C(nvidia.com/gpu.count)), each asking for one O(resource) and running O(holder_command), must all run at once,
+    so at least two of them share a GPU. This is evidence for the GPU sharing requirement. Elsewhere, and on DRA
+    nodes, that check is skipped.
   - Every pod and claim it made is deleted before it returns, whatever the outcome.
   - It changes nothing that stays, and reports C(changed=false). A failed check is a result, not a module
     failure; M(scv.gpu.validation_report) writes the report and fails the play.
@@ -90,10 +95,11 @@ options:
         every C(scv_agent_pod_resources_interval) seconds (10 by default).
     type: int
     default: 60
-  metrics_command:
+  holder_command:
     description:
-      - The command of the container that holds a GPU during the metrics check; it must keep running. The default
-        sleeps for O(metrics_hold) plus a minute; the pod is deleted once the check is done.
+      - The command of the containers that hold a GPU during the sharing and metrics checks, in O(probe_image); it
+        must keep running. The default sleeps longer than both checks can take; the pods are deleted once each
+        check is done.
     type: list
     elements: str
   metrics_ca_path:
@@ -157,7 +163,7 @@ EXAMPLES = r"""
 RETURN = r"""
 checks:
   description:
-    - One entry per check, in the order C(workload), C(second_container), C(no_request), C(metrics).
+    - One entry per check, in the order C(workload), C(second_container), C(no_request), C(sharing), C(metrics).
     - O(name) as C(node); C(outcome) is V(passed), V(failed) or V(skipped); C(reason)
       says why a check failed (the container's exit code and the end of its output, the scheduler's message, the
       timeout) or was skipped, and is empty when it passed.
@@ -171,6 +177,10 @@ checks:
       check: no_request
       outcome: failed
       reason: "container probe exited 1: found /dev/nvidia0"
+    - node: gpu-node-1
+      check: sharing
+      outcome: skipped
+      reason: "the node's device plugin shares no GPU (nvidia.com/gpu.replicas is 1)"
     - {node: gpu-node-1, check: metrics, outcome: skipped, reason: "no metrics URL of the node's agent was given"}
 failed_checks:
   description: How many checks failed.
@@ -179,9 +189,7 @@ failed_checks:
   sample: 1
 """
 
-import base64
-import ssl
-import urllib.request
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.module import api_module, check_node_name
@@ -205,7 +213,7 @@ def main():
         timeout=dict(type="int", default=300),
         metrics_url=dict(type="str"),
         metrics_hold=dict(type="int", default=60),
-        metrics_command=dict(type="list", elements="str"),
+        holder_command=dict(type="list", elements="str"),
         metrics_ca_path=dict(type="path"),
         metrics_client_cert=dict(type="path"),
         metrics_client_key=dict(type="path", no_log=False),
@@ -234,8 +242,10 @@ def main():
     request = {"device_class": params["device_class"]} if params["device_class"] else {"resource": params["resource"]}
     try:
         client = PodClient.connect(module)
+        holder = {"image": params["probe_image"], "pull_policy": policy, "command": params["holder_command"] or [
+            "sleep", str(params["timeout"] + params["metrics_hold"] + 60)]}
         checks = validate_pods(client, params["name"], params["namespace"], workload, probe, request,
-                               params["timeout"], metrics=_metrics(params))
+                               params["timeout"], metrics=_metrics(params), holder=holder)
     except ApiError as error:
         module.fail_json(msg=str(error))
     module.exit_json(changed=False, checks=checks,
@@ -246,27 +256,18 @@ def _metrics(params):
     """What the metrics check needs (validation_run.validate_pods), or None without a metrics URL."""
     if not params["metrics_url"]:
         return None
-    context = None
-    if params["metrics_url"].startswith("https://"):
-        context = ssl.create_default_context(cafile=params["metrics_ca_path"])
-        if not params["metrics_validate_certs"]:
-            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        if params["metrics_client_cert"]:
-            context.load_cert_chain(params["metrics_client_cert"], params["metrics_client_key"])
-    headers = {}
-    if params["metrics_username"]:
-        token = "%s:%s" % (params["metrics_username"], params["metrics_password"])
-        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
 
     def read():
-        request = urllib.request.Request(params["metrics_url"], headers=headers)
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+        response = open_url(params["metrics_url"], timeout=10, validate_certs=params["metrics_validate_certs"],
+                            ca_path=params["metrics_ca_path"], client_cert=params["metrics_client_cert"],
+                            client_key=params["metrics_client_key"], url_username=params["metrics_username"],
+                            url_password=params["metrics_password"], force_basic_auth=bool(params["metrics_username"]))
+        try:
             return response.read().decode("utf-8", "replace")
+        finally:
+            response.close()
 
-    command = params["metrics_command"] or ["sleep", str(params["metrics_hold"] + 60)]
-    return {"url": params["metrics_url"], "read": read, "hold": params["metrics_hold"],
-            "holder": {"image": params["probe_image"], "command": command,
-                       "pull_policy": params["image_pull_policy"]}}
+    return {"url": params["metrics_url"], "read": read, "hold": params["metrics_hold"]}
 
 
 if __name__ == "__main__":

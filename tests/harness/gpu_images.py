@@ -4,7 +4,9 @@
   answers for from inside, then waits. Its image sets ``NVIDIA_VISIBLE_DEVICES=all``, as CUDA base images do.
 - ``DEVICE_PLUGIN_IMAGE`` replaces NVIDIA's in the device plugin DaemonSet the device_plugin role renders: the tests'
   device plugin (tools/device-plugin-image), which loads NVML in its container and serves the GPUs it finds the way
-  NVIDIA's plugin does for its device list strategy. Its image sets ``NVIDIA_VISIBLE_DEVICES=all`` as NVIDIA's does.
+  NVIDIA's plugin does for its device list strategy and its config file's time-slicing. Its image sets
+  ``NVIDIA_VISIBLE_DEVICES=all`` as NVIDIA's does, and has the program as /usr/bin/config-manager too, the stand-in
+  for NVIDIA's config manager that the DaemonSet runs from the plugin's image when the role has device plugin configs.
 
 Both programs are dynamically linked (they load libnvidia-ml.so.1 with dlopen), so each image holds the C library
 and an /etc/ld.so.conf, which the toolkit's update-ldcache hook reads to make the driver's libraries loadable.
@@ -30,8 +32,9 @@ FOLDERS = ("etc", "lib/x86_64-linux-gnu", "lib64", "usr/bin", "usr/lib/x86_64-li
            "proc", "sys")
 
 
-def _layer(files, texts):
-    """A tar layer: FOLDERS, ``files`` ({path in the image: host path}) and ``texts`` ({path: text})."""
+def _layer(files, texts, links=None):
+    """A tar layer: FOLDERS, ``files`` ({path in the image: host path}), ``texts`` ({path: text}) and ``links``
+    ({path: the symbolic link's target})."""
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as tar:
         for folder in FOLDERS:
@@ -50,6 +53,10 @@ def _layer(files, texts):
             info = tarfile.TarInfo(inside)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
+        for inside, target in (links or {}).items():
+            info = tarfile.TarInfo(inside)
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
+            tar.addfile(info)
     return layer.getvalue()
 
 
@@ -79,7 +86,8 @@ def gpu_images(work):
         docker_archive(work / "gpus.tar", gpus,
                        {"Entrypoint": ["/usr/bin/gpus", "--wait"], "Env": environment}, [GPUS_IMAGE]),
         docker_archive(work / "device-plugin.tar",
-                       _layer(dict(LIBC, **{"usr/bin/nvidia-device-plugin": plugin}), LD_SO_CONF),
+                       _layer(dict(LIBC, **{"usr/bin/nvidia-device-plugin": plugin}), LD_SO_CONF,
+                              {"usr/bin/config-manager": "nvidia-device-plugin"}),
                        {"Entrypoint": ["/usr/bin/nvidia-device-plugin"], "Env": environment}, [DEVICE_PLUGIN_IMAGE]),
     ]
 

@@ -195,3 +195,9 @@ class _Running:
         finally:
             suppressed = self.context.__exit__(*exc)
         return suppressed
+
+
+def sharing_labels(replicas, gpus):
+    """kubectl label arguments for the labels scv.gpu.node_labels gives a node whose plugin config shares each of
+    its ``gpus`` GPUs ``replicas`` ways (the harness deploys the plugin with device_plugin_labels false)."""
+    return ["nvidia.com/gpu.replicas=%d" % replicas, "nvidia.com/gpu.count=%d" % gpus]

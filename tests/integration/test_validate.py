@@ -25,7 +25,7 @@ from harness.agent import AgentProcess
 from harness.common import wait_until
 from harness.control_plane import read_object
 from harness.gpu_images import GPUS_IMAGE
-from harness.gpu_node import GpuNode
+from harness.gpu_node import GpuNode, sharing_labels
 from harness.paths import scenario_path
 
 NODE = "validate-node"
@@ -34,6 +34,7 @@ VALIDATION_NAMESPACE = "scv-gpu-validation"
 HOST_CHECKS = ["driver", "device_nodes", "dev_char_links", "cdi_spec", "fabric", "container_runtime",
                "runtime_isolation"]
 POD_CHECKS = ["workload", "second_container", "no_request", "metrics"]
+SKIPPED = {"sharing": ("skipped", "the node's device plugin shares no GPU (nvidia.com/gpu.replicas is unset)")}
 
 
 def start_agent(node):
@@ -83,7 +84,7 @@ def validate(node, tmp_path, extra=None, *arguments):
         "scv_gpu_validation_probe_command": ["/usr/bin/gpus", "--require", "0"],
         "scv_gpu_validation_image_pull_policy": "Never", "scv_gpu_validation_timeout": 60,
         "scv_gpu_validation_metrics_url": "http://127.0.0.1:%d/metrics" % node.agent.port,
-        "scv_gpu_validation_metrics_command": ["/usr/bin/gpus", "--wait"], "scv_gpu_validation_metrics_hold": 20,
+        "scv_gpu_validation_holder_command": ["/usr/bin/gpus", "--wait"], "scv_gpu_validation_metrics_hold": 20,
         "container_toolkit_runtime": "containerd",
         "scv_gpu_validation_paths": {"dev": str(node.root.dev), "sysfs": str(node.sysfs),
                                      "proc_driver": str(node.root.proc_driver),
@@ -115,9 +116,9 @@ def test_a_node_the_roles_built_passes_and_the_report_says_so_three_ways(node, t
     done, files = validate(node, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(files) == ["validation.conformance.json", "validation.junit.xml", "validation.md"]
-    assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
+    assert outcomes(files) == dict({name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}, **SKIPPED)
     rows = [line for line in files["validation.md"].splitlines() if line.startswith("| %s |" % NODE)]
-    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 11))], files["validation.md"]
+    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 10 + ["skip", "pass"]))], files["validation.md"]
     evidence = json.loads(files["validation.conformance.json"])["requirements"]
     assert evidence["secure_accelerator_access"]["passed"] is True
     assert {item["check"] for item in evidence["secure_accelerator_access"]["evidence"]} == {
@@ -188,12 +189,25 @@ def test_runc_as_the_default_with_no_way_to_nvidias_runtime_fails_on_the_host_an
         node.containerd.restart()
 
 
+def test_labels_that_promise_sharing_the_plugin_does_not_give_fail_the_sharing_check(node, tmp_path):
+    """The node says each GPU is shared two ways, but its plugin offers each once: of 9 pods, one per GPU and one
+    more, the last is never scheduled."""
+    node.plane.kubectl("label", "node", NODE, *sharing_labels(2, 8), "--overwrite")
+    try:
+        found = _fails(node, tmp_path, {"sharing": "8 of 9 pods asking for one nvidia.com/gpu each ran at once on a "
+                                                   "node of 8 GPUs shared 2 ways, within 20 s"},
+                       {"scv_gpu_validation_timeout": 20})
+        assert "Insufficient nvidia.com/gpu" in found["sharing"][1], found
+    finally:
+        node.plane.kubectl("label", "node", NODE, "nvidia.com/gpu.replicas-", "nvidia.com/gpu.count-")
+
+
 def test_a_stopped_agent_fails_the_metrics_check(node, tmp_path):
     node.agent.stop()
     try:
         found = _fails(node, tmp_path, {"metrics": "cannot be read"})
         assert "127.0.0.1:%d/metrics" % node.agent.port in found["metrics"][1], found
-        assert [name for name, (outcome, _) in found.items() if outcome == "failed"] == ["metrics"], found
+        assert [name for name, (outcome, _reason) in found.items() if outcome == "failed"] == ["metrics"], found
     finally:
         start_agent(node)
 
@@ -254,7 +268,9 @@ def test_a_dra_node_is_validated_through_a_resource_claim(node, tmp_path):
     try:
         done, files = validate(node, tmp_path, {"gpu_stack": "dra"})
         assert done.returncode == 0, done.stdout + done.stderr
-        assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
+        assert outcomes(files) == dict({name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}, sharing=(
+            "skipped", "on a DRA node GPUs are shared through a claim that several pods use, which this check does "
+                       "not run"))
         prepared = [uid for verb, uid in plugin.calls if verb == "prepare"]
         assert len(prepared) == 2, plugin.calls          # the workload's claim, then the metrics check's
         # the kubelet unprepares a claim once the pod that used it is gone

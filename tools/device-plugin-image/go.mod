@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
+	go.yaml.in/yaml/v3 v3.0.5
 	google.golang.org/grpc v1.82.1
 	k8s.io/kubelet v0.37.1
 )

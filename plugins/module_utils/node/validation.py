@@ -38,6 +38,9 @@ CHECKS = {
                          ["secure_accelerator_access"]),
     "no_request": ("a pod that asks for no GPU finds none, with NVIDIA_VISIBLE_DEVICES=all in its environment",
                    ["secure_accelerator_access"]),
+    "sharing": ("where the node's device plugin shares its GPUs (nvidia.com/gpu.replicas above 1), one more pod than "
+                "the node has GPUs, each asking for one, all run at once: at least two of them share a GPU",
+                ["gpu_sharing"]),
     "metrics": ("while a pod holds a GPU, the node's agent serves that GPU's utilization series labelled with the "
                 "pod, as dcgm-exporter does", ["accelerator_metrics"]),
 }
@@ -48,7 +51,7 @@ REQUIREMENTS = {
     "gpu_sharing": "SHOULD",
 }
 POD_CHECKS = ("workload", "second_container", "no_request")
-NODE_CHECKS = POD_CHECKS + ("metrics",)     # what scv.gpu.node_validate reports, in this order
+NODE_CHECKS = POD_CHECKS + ("sharing", "metrics")     # what scv.gpu.node_validate reports, in this order
 
 
 def check(node, name, failure=None, skipped=None):
@@ -122,7 +125,8 @@ NVIDIA_RUNTIME = "nvidia-container-runtime"
 def runtime_choice_problems(kind, default, runtimes, expect_default):
     """What keeps pods from NVIDIA's runtime in a container runtime's settings: [text]. ``kind``: containerd, crio or
     docker; ``default``: the name of its default runtime; ``runtimes``: {name: the binary it runs, '' when it names
-    none}; ``expect_default``: the roles made NVIDIA's runtime the default (container_toolkit_<kind>_default_runtime)."""
+    none}; ``expect_default``: the roles made NVIDIA's runtime the default
+    (container_toolkit_<kind>_default_runtime)."""
     nvidia = sorted(name for name, binary in runtimes.items()
                     if binary.rsplit("/", 1)[-1].startswith(NVIDIA_RUNTIME))
     if not nvidia:
@@ -174,7 +178,8 @@ def _request(request):
     """(resources of the container, extra pod spec) asking for one GPU: ``request`` is {"resource": name} or
     {"claim": name of a ResourceClaim}."""
     if request.get("claim"):
-        return {"claims": [{"name": "gpu"}]}, {"resourceClaims": [{"name": "gpu", "resourceClaimName": request["claim"]}]}
+        claims = [{"name": "gpu", "resourceClaimName": request["claim"]}]
+        return {"claims": [{"name": "gpu"}]}, {"resourceClaims": claims}
     return {"limits": {request["resource"]: "1"}}, {}
 
 
@@ -198,11 +203,24 @@ def validation_pods(node, hostname, run_id, workload, probe, request):
     ]
 
 
-def metrics_pod(node, hostname, run_id, holder, request):
-    """The pod of the metrics check: container ``holder`` asks for one GPU (as ``request`` says) and runs
-    ``holder`` ({"image", "command"}), which keeps running while the agent is read."""
+def sharing_plan(node_body):
+    """(pods to run at once, None) where the Node shares its GPUs, else (0, why the sharing check is skipped); read
+    from the labels the node's device plugin config gave it (nvidia.com/gpu.replicas, nvidia.com/gpu.count)."""
+    labels = (node_body.get("metadata") or {}).get("labels") or {}
+    replicas, count = labels.get("nvidia.com/gpu.replicas", ""), labels.get("nvidia.com/gpu.count", "")
+    if not replicas.isdigit() or int(replicas) <= 1:
+        return 0, "the node's device plugin shares no GPU (nvidia.com/gpu.replicas is %s)" % (replicas or "unset")
+    if not count.isdigit() or int(count) == 0:
+        return 0, "the node has no nvidia.com/gpu.count label to size the check by"
+    # fewer offered than that: the check runs and fails, with the scheduler's message for the pod left out
+    return int(count) + 1, None
+
+
+def metrics_pod(node, hostname, run_id, holder, request, suffix="metrics"):
+    """The pod of the metrics check (and each of the sharing check's): container ``holder`` asks for one GPU (as
+    ``request`` says) and runs ``holder`` ({"image", "command"}), which keeps running while it is looked at."""
     resources, extra = _request(request)
-    return _pod(node, hostname, run_id, "metrics", [_container("holder", holder, resources=resources)], extra)
+    return _pod(node, hostname, run_id, suffix, [_container("holder", holder, resources=resources)], extra)
 
 
 _SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+\S+')

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.dev_char import link_states
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import loaded_version
@@ -72,7 +71,8 @@ def driver_gpus(proc_driver):
 def host_checks(node, paths, pinned_version=None, runtime=None, nvml=None):
     """The HOST_CHECKS of this host as check dicts. ``paths``: {"sysfs", "proc_driver", "dev", "cdi_spec",
     "runtime_config"}; ``runtime``: {"kind": containerd, crio or docker (None: none is installed), "config": its
-    configuration file, "default": whether the roles made NVIDIA's runtime its default}; ``nvml``: gpu_facts'
+    configuration file, "default": whether the roles made NVIDIA's runtime its default, "run": a command runner as
+    AnsibleModule.run_command}; ``nvml``: gpu_facts'
     nvidia_gpu fact, read with the fabric subset (None: the fabric check is skipped)."""
     results = []
     version = loaded_version(paths["sysfs"])
@@ -154,24 +154,22 @@ def container_runtime_check(node, runtime):
     if problems:
         return check(node, "container_runtime", failure="%s: %s" % (path, "; ".join(problems)))
     binaries = sorted({binary for binary in runtimes.values() if binary.rsplit("/", 1)[-1].startswith(NVIDIA_RUNTIME)})
-    problem = _release_problem(binaries[0])
+    problem = _release_problem(binaries[0], runtime["run"])
     return check(node, "container_runtime", failure="%s names %s: %s" % (path, binaries[0], problem)
                  if problem else None)
 
 
-def _release_problem(binary):
-    """Why the NVIDIA runtime at ``binary`` (a path, or a name found on PATH) will not do, or None."""
+def _release_problem(binary, run):
+    """Why the NVIDIA runtime at ``binary`` (a path, or a name found on PATH) will not do, or None. ``run``: a
+    command runner as AnsibleModule.run_command, giving (exit code, stdout, stderr)."""
     found = binary if os.path.isabs(binary) else shutil.which(binary)
     if not found or not os.access(found, os.X_OK):
         return "it is not an executable file on the host; run the container_toolkit role"
-    try:
-        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return "it did not run (%s)" % error
-    version = _RUNTIME_VERSION.search(done.stdout)
+    code, out, err = run([found, "--version"])
+    version = _RUNTIME_VERSION.search(out or "")
     if not version:
-        return "its --version gave no version (exit %s): %s" % (done.returncode, " ".join(
-            (done.stdout + done.stderr).split())[:200])
+        said = " ".join(((out or "") + (err or "")).split())[:200]
+        return "its --version gave no version (exit %s): %s" % (code, said)
     try:
         exposed = exposures(version.group(1))
     except ToolkitVersionError as error:

@@ -16,7 +16,7 @@ import uuid
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
     METRICS_SERIES, NODE_CHECKS, POD_CHECKS, check, container_outcome, metrics_pod, pending_reason, series_naming_pod,
-    validation_pods)
+    sharing_plan, validation_pods)
 
 NAMESPACE_LABELS = {"app.kubernetes.io/managed-by": "scv.gpu",
                     # the probe and the workload run unprivileged: the restricted level would refuse neither but
@@ -31,12 +31,14 @@ def claim_body(name, device_class):
                 "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}}]}}}
 
 
-def validate_pods(client, node, namespace, workload, probe, request, timeout, metrics=None, clock=time.monotonic,
-                  sleep=time.sleep):
-    """The checks POD_CHECKS, then ``metrics``, on Node ``node``: [check dicts]. ``request``: {"resource": name} or
-    {"device_class": name} (a DRA node, validated through a ResourceClaim). ``metrics``: None (the check is skipped)
-    or {"url", "read": a function of no argument giving the agent's exposition text or raising OSError, "holder":
-    {"image", "command"} of the pod that holds a GPU meanwhile, "hold": seconds it may take the agent}."""
+def validate_pods(client, node, namespace, workload, probe, request, timeout, metrics=None, holder=None,
+                  clock=time.monotonic, sleep=time.sleep):
+    """The checks NODE_CHECKS on Node ``node``: [check dicts]. ``request``: {"resource": name} or
+    {"device_class": name} (a DRA node, validated through a ResourceClaim). ``holder``: {"image", "command"} of the
+    pods that hold a GPU while the sharing and metrics checks look (``probe`` sleeping by default). ``metrics``: None
+    (the check is skipped) or {"url", "read": a function of no argument giving the agent's exposition text or
+    raising OSError, "hold": seconds it may take the agent}."""
+    holder = holder or dict(probe, command=["sleep", str(timeout + 60)])
     body = client.node(node)
     if body is None:
         return [check(node, name, failure="Node %s does not exist" % node) for name in NODE_CHECKS]
@@ -59,9 +61,10 @@ def validate_pods(client, node, namespace, workload, probe, request, timeout, me
             _create(client, namespace, pod, clock, sleep)
             created.append(pod["metadata"]["name"])
         results = _wait(client, node, namespace, pods, timeout, clock, sleep)
+        results.append(_sharing(client, node, body, namespace, request, holder, run_id, timeout, clock, sleep))
         if metrics is None:
             return results + [check(node, "metrics", skipped="no metrics URL of the node's agent was given")]
-        pod = metrics_pod(node, hostname, run_id, metrics["holder"], gpu_request("metrics"))
+        pod = metrics_pod(node, hostname, run_id, holder, gpu_request("metrics"))
         _create(client, namespace, pod, clock, sleep)
         created.append(pod["metadata"]["name"])
         return results + [_metrics(client, node, namespace, pod["metadata"]["name"], metrics, timeout, clock, sleep)]
@@ -70,6 +73,45 @@ def validate_pods(client, node, namespace, workload, probe, request, timeout, me
             client.delete_in(namespace, name)
         for name in made_claims:
             client.delete_claim(namespace, name)
+
+
+def _sharing(client, node, body, namespace, request, holder, run_id, timeout, clock, sleep):
+    """One more pod than Node ``node`` (``body``) has GPUs, each asking for one: all must run at once (``timeout``
+    s). They are deleted before this returns, so that the GPUs are free again."""
+    if request.get("device_class"):
+        return check(node, "sharing", skipped="on a DRA node GPUs are shared through a claim that several pods use, "
+                                              "which this check does not run")
+    wanted, skipped = sharing_plan(body)
+    if skipped:
+        return check(node, "sharing", skipped=skipped)
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    hostname = labels.get("kubernetes.io/hostname") or node
+    pods = [metrics_pod(node, hostname, run_id, holder, request, "share-%d" % number) for number in range(wanted)]
+    names = []
+    try:
+        for pod in pods:
+            _create(client, namespace, pod, clock, sleep)
+            names.append(pod["metadata"]["name"])
+        ends = clock() + timeout
+        while True:
+            current = {name: client.current(namespace, name) or {} for name in names}
+            running = [name for name in names if (current[name].get("status") or {}).get("phase") == "Running"]
+            if len(running) == wanted:
+                return check(node, "sharing")
+            ended = [name for name in names if container_outcome(current[name], "holder")[0]]
+            if ended or clock() >= ends:
+                waiting = [name for name in names if name not in running]
+                why = pending_reason(current[waiting[0]]) or container_outcome(current[waiting[0]], "holder")[1] \
+                    or "not running"
+                return check(node, "sharing", failure=(
+                    "%d of %d pods asking for one %s each ran at once on a node of %s GPUs shared %s ways, within %d "
+                    "s; pod %s/%s: %s" % (len(running), wanted, request["resource"], wanted - 1,
+                                          labels["nvidia.com/gpu.replicas"], timeout,
+                                          namespace, waiting[0], why)))
+            sleep(1)
+    finally:
+        for name in names:
+            client.delete_in(namespace, name)
 
 
 def _metrics(client, node, namespace, name, metrics, timeout, clock, sleep):

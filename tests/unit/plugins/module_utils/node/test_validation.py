@@ -147,11 +147,12 @@ def test_the_series_naming_a_pod_are_found_by_its_pod_and_namespace_labels_only(
 class FakeApi:
     """What validation_run asks the API server, answered from a script: the holder pod's phase over time."""
 
-    def __init__(self, phases):
+    def __init__(self, phases, labels=None, shared_running=None):
         self.phases, self.made, self.deleted = list(phases), [], []
+        self.labels, self.shared_running = dict(labels or {}), shared_running
 
     def node(self, name):
-        return {"metadata": {"labels": {"kubernetes.io/hostname": name}}}
+        return {"metadata": {"labels": dict(self.labels, **{"kubernetes.io/hostname": name})}}
 
     def namespace_exists(self, namespace):
         return True
@@ -163,6 +164,11 @@ class FakeApi:
         self.deleted.append(name)
 
     def current(self, namespace, name):
+        if "-share-" in name:
+            running = int(name.rsplit("-", 1)[1]) < self.shared_running
+            return {"status": {"phase": "Running" if running else "Pending", "conditions": [] if running else [
+                {"type": "PodScheduled", "status": "False", "message": "0/1 nodes are available: 1 Insufficient "
+                                                                       "nvidia.com/gpu."}]}}
         if not name.endswith("-metrics"):
             container = name.endswith("-workload") and ["workload", "no-request"] or ["probe"]
             return {"status": {"containerStatuses": [{"name": each, "state": {"terminated": {"exitCode": 0}}}
@@ -184,8 +190,7 @@ class Clock:
 
 def _run(api, read, hold=5):
     clock = Clock()
-    metrics = {"url": "http://gpu-a:9400/metrics", "read": read, "hold": hold,
-               "holder": {"image": "probe", "command": ["sleep", "65"]}}
+    metrics = {"url": "http://gpu-a:9400/metrics", "read": read, "hold": hold}
     found = validate_pods(api, "gpu-a", "scv-gpu-validation", {"image": "w"}, {"image": "p"},
                           {"resource": "nvidia.com/gpu"}, 30, metrics=metrics, clock=clock, sleep=clock.sleep)
     return {item["check"]: (item["outcome"], item["reason"]) for item in found}, clock.now
@@ -199,7 +204,7 @@ def test_the_metrics_check_passes_once_the_agent_names_the_holder_pod():
         reads.append(1)
         name = [made for made in api.made if made.endswith("-metrics")][0]
         return EXPOSITION.replace("scv-validate-1-metrics", name) if len(reads) >= 3 else EXPOSITION
-    found, _ = _run(api, read)
+    found = _run(api, read)[0]
     assert found["metrics"] == ("passed", "") and len(reads) == 3
     assert sorted(api.deleted) == sorted(api.made) and len(api.made) == 3
 
@@ -218,7 +223,7 @@ def test_the_metrics_check_fails_when_the_agent_never_names_the_pod_or_does_not_
 
 def test_a_holder_pod_that_never_runs_fails_the_metrics_check_and_is_deleted():
     api = FakeApi(["Pending"])
-    found, _ = _run(api, lambda: EXPOSITION)
+    found = _run(api, lambda: EXPOSITION)[0]
     assert found["metrics"][0] == FAILED and "within 30 s: container holder did not start" in found["metrics"][1]
     assert sorted(api.deleted) == sorted(api.made)
 
@@ -228,3 +233,34 @@ def test_without_a_metrics_url_the_check_is_skipped():
     found = validate_pods(api, "gpu-a", "ns", {"image": "w"}, {"image": "p"}, {"resource": "nvidia.com/gpu"}, 30,
                           clock=Clock(), sleep=lambda _seconds: None)
     assert found[-1]["check"] == "metrics" and found[-1]["outcome"] == SKIPPED and len(api.made) == 2
+    assert found[-2]["check"] == "sharing" and found[-2]["outcome"] == SKIPPED
+    assert "nvidia.com/gpu.replicas is unset" in found[-2]["reason"]
+
+
+def test_sharing_runs_one_more_pod_than_gpus_and_needs_them_all_running_at_once():
+    shared = {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.count": "2"}
+    api = FakeApi(["Running"], shared, shared_running=3)
+    clock = Clock()
+    found = validate_pods(api, "gpu-a", "ns", {"image": "w"}, {"image": "p"}, {"resource": "nvidia.com/gpu"}, 30,
+                          clock=clock, sleep=clock.sleep)
+    assert found[3] == check("gpu-a", "sharing")
+    assert len([name for name in api.made if "-share-" in name]) == 3 and sorted(api.deleted) == sorted(api.made)
+
+    api = FakeApi(["Running"], shared, shared_running=2)
+    clock = Clock()
+    found = validate_pods(api, "gpu-a", "ns", {"image": "w"}, {"image": "p"}, {"resource": "nvidia.com/gpu"}, 30,
+                          clock=clock, sleep=clock.sleep)
+    assert found[3]["outcome"] == FAILED and sorted(api.deleted) == sorted(api.made)
+    assert found[3]["reason"].startswith("2 of 3 pods asking for one nvidia.com/gpu each ran at once on a node of 2 "
+                                         "GPUs shared 4 ways"), found[3]
+    assert "not scheduled: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in found[3]["reason"]
+
+
+@pytest.mark.parametrize("labels", [{}, {"nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.count": "8"},
+                                    {"nvidia.com/gpu.replicas": "0", "nvidia.com/gpu.count": "0"}])
+def test_a_node_that_shares_nothing_skips_the_sharing_check(labels):
+    api = FakeApi(["Running"], labels)
+    found = validate_pods(api, "gpu-a", "ns", {"image": "w"}, {"image": "p"}, {"resource": "nvidia.com/gpu"}, 30,
+                          clock=Clock(), sleep=lambda _seconds: None)
+    assert found[3]["check"] == "sharing" and found[3]["outcome"] == SKIPPED
+    assert not [name for name in api.made if "-share-" in name]

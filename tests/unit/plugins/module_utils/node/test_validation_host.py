@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 import yaml
@@ -64,6 +65,12 @@ def _runtime_binary(folder, version):
     return str(binary)
 
 
+def run(command):
+    """A command runner as AnsibleModule.run_command."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
 def nvml(*states):
     """gpu_facts' nvidia_gpu fact with a card per fabric ``states`` item: (state, status, health) or None."""
     cards = []
@@ -79,13 +86,13 @@ TRAINED = ("completed", "Success", "healthy")
 
 
 def outcomes(paths, pinned=None):
-    runtime = {"kind": "containerd", "config": paths["containerd"], "default": True}
+    runtime = {"kind": "containerd", "config": paths["containerd"], "default": True, "run": run}
     return {item["check"]: (item["outcome"], item["reason"])
             for item in host_checks("gpu-a", paths, pinned, runtime, nvml(TRAINED, TRAINED))}
 
 
 def runtime_outcome(kind, config, default=True):
-    found = container_runtime_check("gpu-a", {"kind": kind, "config": str(config), "default": default})
+    found = container_runtime_check("gpu-a", {"kind": kind, "config": str(config), "default": default, "run": run})
     return found["outcome"], found["reason"]
 
 
