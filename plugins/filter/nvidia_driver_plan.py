@@ -11,8 +11,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanError, plan
 
 
-def nvidia_driver_plan(facts, branch="", version="", kernel_modules="proprietary", ubuntu_server=True,
-                       secure_boot=False, secure_boot_key_enrolled=False):
+def nvidia_driver_plan(facts, branch="", version="", kernel_modules="auto", ubuntu_server=True,
+                       secure_boot=False, secure_boot_key_enrolled=False, gpus=None):
     """The packages, pins, repository choices and commands for the host whose ansible_facts are given."""
     try:
         return plan(
@@ -26,6 +26,7 @@ def nvidia_driver_plan(facts, branch="", version="", kernel_modules="proprietary
             ubuntu_server=bool(ubuntu_server),
             secure_boot=bool(secure_boot),
             signing_key_enrolled=bool(secure_boot_key_enrolled),
+            gpus=list(gpus or []),
         )
     except PlanError as error:
         raise AnsibleFilterError(str(error)) from None

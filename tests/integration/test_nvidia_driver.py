@@ -379,3 +379,32 @@ def test_a_pinned_driver_s_fabric_manager_is_still_asked_by_its_own_version(ansi
     done = offered_on(ansible, tmp_path, sysfs, monkeypatch, ["535.261.03-1"], nvidia_driver_version="535.247.01-1")
     assert done.returncode != 0, done.stdout
     assert "nvidia-fabricmanager-535 535.247.01-* is not in this host's apt sources (they offer 535.261.03-1)" in done.stdout
+
+
+@pytest.mark.parametrize("device, flavour, why", [
+    (0x2BB5, "open", "auto: every GPU is Turing or newer (Blackwell)"),
+    (0x1B02, "proprietary", "auto: a GPU older than Turing (Pascal) runs with the proprietary modules only"),
+])
+def test_the_default_kernel_modules_follow_the_gpus_on_the_bus(ansible, tmp_path, sysfs, device, flavour, why):
+    """A default run's plan on a node with an RTX PRO 6000 Blackwell Server Edition, and on one with a TITAN Xp."""
+    add_pci_function(sysfs, "0000:18:00.0", 0x10DE, device, 0x030200)
+    done = plan_on(ansible, tmp_path, sysfs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Kernel modules: %s (%s)" % (flavour, why) in done.stdout
+    assert recap(done.stdout)["changed"] == 0
+
+
+@pytest.mark.parametrize("devices, settings, said", [
+    ((0x2BB5, 0x1B02), {}, "this host mixes GPUs that need different kernel modules"),
+    ((0x2BB5,), {"nvidia_driver_kernel_modules": "proprietary"},
+     "nvidia_driver_kernel_modules is proprietary, and GPU 0000:18:00.0"),
+    ((0x1B02,), {"nvidia_driver_version": "590.44.01-1"}, "driver branch 590 no longer supports GPU 0000:18:00.0"),
+], ids=["mixed", "forced-proprietary-on-blackwell", "past-580-on-pascal"])
+def test_kernel_modules_the_gpus_cannot_run_are_refused_before_anything_changes(
+        ansible, tmp_path, sysfs, devices, settings, said):
+    for number, device in enumerate(devices):
+        add_pci_function(sysfs, "0000:%02x:00.0" % (0x18 + number), 0x10DE, device, 0x030200)
+    done = plan_on(ansible, tmp_path, sysfs, **settings)
+    assert done.returncode != 0, done.stdout
+    assert said in done.stdout and "Nothing has been changed." in done.stdout, done.stdout
+    assert recap(done.stdout)["changed"] == 0

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import re
 
-KERNEL_MODULES = ("proprietary", "open")
+from ansible_collections.scv.gpu.plugins.module_utils.host import gpu_architecture
+
+KERNEL_MODULES = ("auto", "proprietary", "open")
+# The one branch each Debian release packages, as nvidia-driver in non-free.
+DEBIAN_BRANCHES = {"12": 535, "13": 550}
 
 # The RHEL family releases whose CUDA repository offers the nvidia-driver dnf module.
 EL_MODULE_RELEASES = ("8", "9")
@@ -71,8 +75,8 @@ DEFAULT_BRANCH = "580"
 
 
 def plan(os_family, distribution, major_version, kernel, branch="", version="",
-         kernel_modules="proprietary", ubuntu_server=True, secure_boot=False,
-         signing_key_enrolled=False):
+         kernel_modules="auto", ubuntu_server=True, secure_boot=False,
+         signing_key_enrolled=False, gpus=()):
     """Everything the role installs on one host, as a dict.
 
     ``packages``: what apt or dnf installs (pinned where a version is set);
@@ -81,9 +85,12 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
     ``dnf_module``: the module stream to enable, or None;
     ``headers``: the kernel headers package for the running kernel;
     ``driver_package``: the package whose version is the installed driver's.
+    ``kernel_modules``: the flavour that installs, and ``kernel_modules_why``: how auto chose it from ``gpus``
+    (the GPUs on the PCI bus, as nvidia_driver_info's pci_gpus).
     An empty ``branch`` is the distribution's default: Debian's one packaged branch, and
     elsewhere the version's branch, else DEFAULT_BRANCH.
-    Raises PlanError for a combination that cannot work, before anything changes.
+    Raises PlanError for a combination that cannot work, before anything changes: among them a flavour or a
+    branch the host's GPUs cannot run with.
     """
     if kernel_modules not in KERNEL_MODULES:
         raise PlanError("nvidia_driver_kernel_modules must be one of %s, not %r" % (", ".join(KERNEL_MODULES), kernel_modules))
@@ -94,7 +101,11 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
         if branch and upstream.split(".")[0] != str(branch):
             raise PlanError("nvidia_driver_version %s is not on nvidia_driver_branch %s: set one of them, "
                             "or make them agree" % (version, branch))
-    opened = kernel_modules == "open"
+    flavour, problems = gpu_architecture.kernel_modules(list(gpus or ()), kernel_modules,
+                                                         _branch(distribution, major_version, branch, version))
+    if problems:
+        raise PlanError("%s. Nothing has been changed." % "; ".join(problems))
+    opened = flavour == "open"
     if distribution == "Debian":
         result = _debian(kernel, branch, version, opened)
     elif distribution == "Ubuntu":
@@ -112,7 +123,31 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
             "enrolment in the MOK manager at the console. Then set "
             "nvidia_driver_secure_boot_key_enrolled: true. Nothing has been changed."
             % (distribution, result["mok_public_key"]))
+    result["kernel_modules"] = flavour
+    result["kernel_modules_why"] = _why(kernel_modules, flavour, gpus or ())
     return result
+
+
+def _branch(distribution, major_version, branch, version):
+    """The driver branch a host gets, as an int; None where it cannot be told before the install."""
+    named = str(branch or "") or (upstream_version(version) or "").split(".")[0]
+    if named.isdigit():
+        return int(named)
+    if distribution == "Debian":
+        return DEBIAN_BRANCHES.get(str(major_version))
+    return int(DEFAULT_BRANCH)
+
+
+def _why(setting, flavour, gpus):
+    if setting != "auto":
+        return "nvidia_driver_kernel_modules is %s" % setting
+    found = sorted({gpu_architecture.architecture(gpu.get("deviceId")) or "unknown" for gpu in gpus},
+                   key=lambda name: (name not in gpu_architecture.ORDER, name))
+    if not found:
+        return "auto: no NVIDIA GPU on the PCI bus, and the open modules are NVIDIA's default"
+    if flavour == "proprietary":
+        return "auto: a GPU older than Turing (%s) runs with the proprietary modules only" % ", ".join(found)
+    return "auto: every GPU is Turing or newer (%s)" % ", ".join(found)
 
 
 def _debian(kernel, branch, version, opened):

@@ -61,7 +61,7 @@ def test_kernel_flavour():
 
 
 def test_debian_latest():
-    got = plan(**DEBIAN, branch="")
+    got = plan(**DEBIAN, branch="", kernel_modules="proprietary")
     assert got["manager"] == "apt"
     assert got["packages"] == ["nvidia-driver", "nvidia-kernel-dkms", "linux-headers-6.1.0-28-amd64"]
     assert got["hold"] == [] and got["apt_pin"] is None and got["dnf_module"] is None
@@ -91,7 +91,7 @@ def test_ubuntu_server_open_with_signed_modules():
 
 
 def test_ubuntu_desktop_pinned():
-    got = plan(**UBUNTU, branch="550", version="550.120-0ubuntu1", ubuntu_server=False)
+    got = plan(**UBUNTU, branch="550", version="550.120-0ubuntu1", ubuntu_server=False, kernel_modules="proprietary")
     assert got["packages"][0] == "nvidia-driver-550=550.120-0ubuntu1"
     assert got["hold"] == ["nvidia-driver-550"]
     assert got["apt_pin"] == {"source": "nvidia-graphics-drivers-550", "version": "550.120-0ubuntu1"}
@@ -99,15 +99,17 @@ def test_ubuntu_desktop_pinned():
 
 def test_an_empty_branch_is_the_distributions_default():
     """The role's default (an empty branch) works on every supported distribution."""
-    assert plan(**UBUNTU, branch="", version="550.120-0ubuntu1")["driver_package"] == "nvidia-driver-550-server"
-    assert plan(**UBUNTU, branch="")["driver_package"] == "nvidia-driver-%s-server" % DEFAULT_BRANCH
-    assert plan(**RHEL9, branch="")["dnf_module"] == "nvidia-driver:%s-dkms" % DEFAULT_BRANCH
-    assert plan(**ROCKY8, branch="", version="570.86.15-1.el8")["dnf_module"] == "nvidia-driver:570-dkms"
+    # no GPU on the PCI bus: auto takes the open modules, NVIDIA's default
+    assert plan(**UBUNTU, branch="", version="550.120-0ubuntu1")["driver_package"] == "nvidia-driver-550-server-open"
+    assert plan(**UBUNTU, branch="")["driver_package"] == "nvidia-driver-%s-server-open" % DEFAULT_BRANCH
+    assert plan(**RHEL9, branch="")["dnf_module"] == "nvidia-driver:%s-open" % DEFAULT_BRANCH
+    assert plan(**ROCKY8, branch="", version="570.86.15-1.el8", kernel_modules="proprietary")["dnf_module"] == (
+        "nvidia-driver:570-dkms")
     assert plan(**DEBIAN, branch="")["driver_package"] == "nvidia-driver"
 
 
 def test_rhel_module_stream_profiles():
-    got = plan(**RHEL9, branch="580")
+    got = plan(**RHEL9, branch="580", kernel_modules="proprietary")
     assert got["manager"] == "dnf"
     assert got["dnf_module"] == "nvidia-driver:580-dkms"
     assert got["packages"] == ["@nvidia-driver:580-dkms/default", "kernel-devel-5.14.0-427.13.1.el9_4.x86_64",
@@ -118,7 +120,7 @@ def test_rhel_module_stream_profiles():
 
 
 def test_rhel_exact_version_names_packages_and_locks_them():
-    got = plan(**RHEL9, branch="580", version="580.95.05-1.el9")
+    got = plan(**RHEL9, branch="580", version="580.95.05-1.el9", kernel_modules="proprietary")
     assert got["packages"][:3] == ["nvidia-driver-580.95.05-1.el9", "nvidia-driver-cuda-580.95.05-1.el9",
                                    "kmod-nvidia-latest-dkms-580.95.05-1.el9"]
     assert got["hold"] == got["packages"][:3]
