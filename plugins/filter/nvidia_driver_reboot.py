@@ -14,7 +14,8 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanErr
 def nvidia_driver_reboot(state, policy, connection, driver_changed=False, pending=None):
     """{'reboot': bool, 'reasons': [...], 'message': str} from nvidia_driver_info's result; ``pending`` adds
     reasons found elsewhere (the module options that wait for a reboot)."""
-    reasons = reboot_reasons(state.get("loaded_version"), state.get("installed_version"), state.get("nouveau_loaded"))
+    reasons = reboot_reasons(state.get("loaded_version"), state.get("installed_version"), state.get("nouveau_loaded"),
+                             state.get("nova_loaded"))
     reasons += [reason for reason in (pending or []) if reason]
     try:
         reboot, message = reboot_decision(policy, reasons, connection, bool(driver_changed))

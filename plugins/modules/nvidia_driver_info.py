@@ -114,6 +114,14 @@ nouveau_loaded:
   returned: always
   type: bool
   sample: false
+nova_loaded:
+  description:
+    - The modules of Linux's own NVIDIA driver (C(nova_core), C(nova_drm), C(nova); Linux 6.15 and later) loaded in
+      the running kernel. C(nova_core) binds Turing and newer GPUs before NVIDIA's module can.
+  returned: always
+  type: list
+  elements: str
+  sample: [nova_core]
 installed_version:
   description: The driver's version from the installed package (upstream part); null when not installed.
   returned: always
@@ -228,6 +236,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import (
     loaded_version,
     next_kernel,
     nouveau_loaded,
+    nova_loaded,
     secure_boot,
 )
 from ansible_collections.scv.gpu.plugins.module_utils.host.module_params import check_options, options_state
@@ -258,6 +267,7 @@ def main():
         changed=False,
         loaded_version=loaded_version(sysfs),
         nouveau_loaded=nouveau_loaded(sysfs),
+        nova_loaded=nova_loaded(sysfs),
         installed_package_version=package_version,
         installed_version=upstream_version(package_version),
         secure_boot=enabled,

@@ -408,3 +408,20 @@ def test_kernel_modules_the_gpus_cannot_run_are_refused_before_anything_changes(
     assert done.returncode != 0, done.stdout
     assert said in done.stdout and "Nothing has been changed." in done.stdout, done.stdout
     assert recap(done.stdout)["changed"] == 0
+
+
+def test_info_names_the_nova_modules_loaded_and_the_reboot_they_need(ansible, sysfs):
+    """Ubuntu 26.04's kernel loads nova_core for a Turing or newer GPU before NVIDIA's driver is installed."""
+    for name in ("nova_core", "nova_drm"):
+        (sysfs / "module" / name).mkdir()
+    ok, result = ansible.module({"sysfs": str(sysfs), "nvml": False}, name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert result["nova_loaded"] == ["nova_core", "nova_drm"]
+    play = sysfs.parent / "reboot.yml"
+    state = dict(result, installed_version="580.95.05", loaded_version=None, nouveau_loaded=False)
+    play.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [{"ansible.builtin.debug": {
+        "msg": "{{ state | scv.gpu.nvidia_driver_reboot('auto', 'ssh') }}"}}]}]))
+    done = ansible.playbook(play, None, "-e", json.dumps({"state": state}))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nova_core, nova_drm is loaded and binds the GPUs before NVIDIA's module can" in done.stdout
+    assert "'reboot': True" in done.stdout or '"reboot": true' in done.stdout, done.stdout

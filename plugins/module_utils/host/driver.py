@@ -85,6 +85,7 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
     ``dnf_module``: the module stream to enable, or None;
     ``headers``: the kernel headers package for the running kernel;
     ``driver_package``: the package whose version is the installed driver's.
+    ``blacklist``: the modules kept out of the boot (nouveau, and nova on kernels that have it);
     ``kernel_modules``: the flavour that installs, and ``kernel_modules_why``: how auto chose it from ``gpus``
     (the GPUs on the PCI bus, as nvidia_driver_info's pci_gpus).
     An empty ``branch`` is the distribution's default: Debian's one packaged branch, and
@@ -123,9 +124,23 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
             "enrolment in the MOK manager at the console. Then set "
             "nvidia_driver_secure_boot_key_enrolled: true. Nothing has been changed."
             % (distribution, result["mok_public_key"]))
+    result["blacklist"] = blacklist(kernel)
     result["kernel_modules"] = flavour
     result["kernel_modules_why"] = _why(kernel_modules, flavour, gpus or ())
     return result
+
+
+# Linux's own NVIDIA driver, nova (nova_core from 6.15, nova_drm from 6.16), binds Turing and newer GPUs first
+NOVA_SINCE = (6, 15)
+NOVA_MODULES = ("nova_core", "nova_drm", "nova")
+
+
+def blacklist(kernel):
+    """The modules to keep out of the boot so that NVIDIA's module gets the GPUs: nouveau, and on kernels that
+    have them (6.15 and later, such as Ubuntu 26.04's 7.0) the nova modules."""
+    found = re.match(r"^(\d+)\.(\d+)", kernel or "")
+    newer = found is not None and (int(found.group(1)), int(found.group(2))) >= NOVA_SINCE
+    return ["nouveau"] + (list(NOVA_MODULES) if newer else [])
 
 
 def _branch(distribution, major_version, branch, version):
@@ -234,17 +249,21 @@ def _apt_pinned(names, version):
     return ["%s=%s" % (name, version) for name in names] if version else list(names)
 
 
-def reboot_reasons(loaded_version, installed_version, nouveau_loaded):
+def reboot_reasons(loaded_version, installed_version, nouveau_loaded, nova_loaded=()):
     """Why the host must reboot before the installed driver runs; an empty list when it need not.
 
     ``loaded_version``: the nvidia module in the running kernel (None when none is loaded);
     ``installed_version``: the driver now installed (None when none is);
-    ``nouveau_loaded``: whether nouveau holds the GPUs.
+    ``nouveau_loaded``: whether nouveau holds the GPUs; ``nova_loaded``: the nova modules loaded (nova_core binds
+    the GPUs before NVIDIA's module can).
     With nothing loaded and nouveau absent, the module is simply loaded: no reboot.
     """
     reasons = []
     if nouveau_loaded and installed_version:
         reasons.append("nouveau is loaded and holds the GPUs; the blacklist takes effect at boot")
+    if nova_loaded and installed_version:
+        reasons.append("%s is loaded and binds the GPUs before NVIDIA's module can; the blacklist takes effect "
+                       "at boot" % ", ".join(nova_loaded))
     if loaded_version and installed_version and not same_version(loaded_version, installed_version):
         reasons.append("the running kernel has driver %s loaded, and %s is installed"
                        % (upstream_version(loaded_version) or loaded_version,

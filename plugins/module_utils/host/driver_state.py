@@ -30,6 +30,15 @@ def nouveau_loaded(sysfs):
     return os.path.isdir(os.path.join(sysfs, "module", "nouveau"))
 
 
+# Linux's own driver for NVIDIA GPUs (6.15 and later): nova_core binds Turing and newer GPUs before NVIDIA's module
+NOVA_MODULES = ("nova_core", "nova_drm", "nova")
+
+
+def nova_loaded(sysfs):
+    """The nova modules loaded in the running kernel, in NOVA_MODULES' order."""
+    return [name for name in NOVA_MODULES if os.path.isdir(os.path.join(sysfs, "module", name))]
+
+
 def installed_version(module, package):
     """The installed version of ``package`` as dpkg or rpm gives it; None when it is not installed."""
     dpkg, rpm = module.get_bin_path("dpkg-query"), module.get_bin_path("rpm")

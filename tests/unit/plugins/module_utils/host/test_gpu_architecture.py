@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanError, plan
+from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanError, blacklist, plan, reboot_reasons
 from ansible_collections.scv.gpu.plugins.module_utils.host.gpu_architecture import (
     OPEN_ONLY, ORDER, PROPRIETARY_ONLY, architecture, kernel_modules)
 from harness.paths import ROOT, SCENARIOS
@@ -102,3 +102,29 @@ def test_the_plan_refuses_before_anything_changes(settings, said):
     with pytest.raises(PlanError, match=said) as refused:
         plan(**UBUNTU, **settings)
     assert str(refused.value).endswith("Nothing has been changed.")
+
+
+UBUNTU_2604 = {"os_family": "Debian", "distribution": "Ubuntu", "major_version": "26", "kernel": "7.0.0-14-generic"}
+
+
+def test_ubuntu_2604s_plan_keeps_nova_out_of_the_boot_with_its_open_server_packages():
+    got = plan(**UBUNTU_2604, gpus=[B200])
+    assert got["blacklist"] == ["nouveau", "nova_core", "nova_drm", "nova"]
+    assert got["driver_package"] == "nvidia-driver-580-server-open"
+    assert "linux-modules-nvidia-580-server-open-7.0.0-14-generic" in got["packages"]
+    assert plan(**UBUNTU_2604, ubuntu_server=False, gpus=[B200])["driver_package"] == "nvidia-driver-580-open"
+
+
+@pytest.mark.parametrize("kernel, nova", [("6.1.0-26-amd64", False), ("6.12.48+deb13-amd64", False),
+                                          ("6.14.0-37-generic", False), ("6.15.2-arch1-1", True),
+                                          ("7.0.0-14-generic", True), ("", False)])
+def test_nova_is_blacklisted_on_kernels_that_have_it(kernel, nova):
+    assert blacklist(kernel) == (["nouveau", "nova_core", "nova_drm", "nova"] if nova else ["nouveau"])
+
+
+def test_a_loaded_nova_core_is_a_reason_to_reboot_once_the_driver_is_installed():
+    reasons = reboot_reasons(None, "580.95.05", False, ["nova_core", "nova_drm"])
+    assert reasons == ["nova_core, nova_drm is loaded and binds the GPUs before NVIDIA's module can; the blacklist "
+                       "takes effect at boot"]
+    assert reboot_reasons(None, None, False, ["nova_core"]) == []
+    assert reboot_reasons(None, "580.95.05", False, []) == []
