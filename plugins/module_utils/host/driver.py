@@ -102,8 +102,8 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
         if branch and upstream.split(".")[0] != str(branch):
             raise PlanError("nvidia_driver_version %s is not on nvidia_driver_branch %s: set one of them, "
                             "or make them agree" % (version, branch))
-    flavour, problems = gpu_architecture.kernel_modules(list(gpus or ()), kernel_modules,
-                                                         _branch(distribution, major_version, branch, version))
+    wanted_branch = _branch(distribution, major_version, branch, version)
+    flavour, problems = gpu_architecture.kernel_modules(list(gpus or ()), kernel_modules, wanted_branch)
     if problems:
         raise PlanError("%s. Nothing has been changed." % "; ".join(problems))
     opened = flavour == "open"

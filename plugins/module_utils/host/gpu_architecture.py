@@ -75,8 +75,8 @@ def kernel_modules(gpus, setting, branch=None):
         known.append((gpu, name))
 
     def named(gpu, name):
-        return "GPU %s (%s, device %s, %s)" % (gpu.get("busId"), gpu.get("model") or "unknown model",
-                                                gpu.get("deviceId"), name)
+        model = gpu.get("model") or "unknown model"
+        return "GPU %s (%s, device %s, %s)" % (gpu.get("busId"), model, gpu.get("deviceId"), name)
     needs_open = [(gpu, name) for gpu, name in known if name in OPEN_ONLY]
     needs_proprietary = [(gpu, name) for gpu, name in known if name in PROPRIETARY_ONLY]
     if needs_open and needs_proprietary:
