@@ -9,6 +9,15 @@ The workload and the probes are the tests' GPUS_IMAGE: ``gpus --require 1`` exit
 one GPU (its device node and NVML), ``gpus --require 0`` only when it reaches none, and ``gpus --wait`` holds the
 metrics check's GPU until its pod is deleted. The node's agent is the real one, reading the kubelet's
 pod-resources socket every second and serving its metrics on a loopback port.
+
+The node shares its GPUs by time-slicing, as the device_plugin role configures it: one config in
+device_plugin_configs makes nvidia.com/gpu 2 replicas of each GPU. The role applies the configs' ConfigMap, labels
+the node nvidia.com/device-plugin.config with the config's name, and renders the DaemonSet with NVIDIA's config
+manager (an init container and a sidecar, from the plugin's image) writing /config/config.yaml, the plugin's
+CONFIG_FILE. Only the image is replaced: the tests' plugin (tools/device-plugin-image) reads that file and offers
+<UUID>::0 and <UUID>::1 for each GPU, as NVIDIA's does; run as config-manager, it links the DaemonSet's
+DEFAULT_CONFIG (the pods cannot reach the API server to read the node's label, which names the same config here).
+The labels GFD would give such a node (nvidia.com/gpu.replicas, nvidia.com/gpu.count) are set by the fixture.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ import yaml
 from harness.agent import AgentProcess
 from harness.common import wait_until
 from harness.control_plane import read_object
-from harness.gpu_images import GPUS_IMAGE
-from harness.gpu_node import GpuNode, sharing_labels
+from harness.gpu_images import GPUS_IMAGE, container_log
+from harness.gpu_node import PLUGIN_NAMESPACE, GpuNode, sharing_labels
+from harness.nvidia_toolkit import CONTROL_NODES
 from harness.paths import scenario_path
 
 NODE = "validate-node"
@@ -33,8 +43,9 @@ NAMESPACE = "validate-workloads"
 VALIDATION_NAMESPACE = "scv-gpu-validation"
 HOST_CHECKS = ["driver", "device_nodes", "dev_char_links", "cdi_spec", "fabric", "container_runtime",
                "runtime_isolation"]
-POD_CHECKS = ["workload", "second_container", "no_request", "metrics"]
-SKIPPED = {"sharing": ("skipped", "the node's device plugin shares no GPU (nvidia.com/gpu.replicas is unset)")}
+POD_CHECKS = ["workload", "second_container", "no_request", "sharing", "metrics"]
+CONFIG = "ts-2"
+SLICING = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
 
 
 def start_agent(node):
@@ -59,13 +70,22 @@ def node(access, ansible, agent_command, tmp_path_factory):
     gpu_node.nvml_scenario = work / "nvml-scenario.json"
     shutil.copy(scenario_path(gpu_node.scenario), gpu_node.nvml_scenario)
     with gpu_node.running(NAMESPACE):
-        gpu_node.deploy_device_plugin()
+        deploy_shared_plugin(gpu_node)
+        gpu_node.plane.kubectl("label", "node", NODE, *sharing_labels(2, len(gpu_node.root.uuids)), "--overwrite")
         _make_links(gpu_node)
         start_agent(gpu_node)
         try:
             yield gpu_node
         finally:
             gpu_node.agent.stop()
+
+
+def deploy_shared_plugin(node):
+    """The device plugin under the time-slicing config, its 16 replicas allocatable."""
+    # the MPS root the DaemonSet mounts for every config, in the test's folder rather than the host's /run
+    node.deploy_device_plugin({"device_plugin_configs": {CONFIG: SLICING},
+                               "device_plugin_mps_root": str(node.work / "mps")},
+                              {"nvidia.com/gpu": 2 * len(node.root.uuids)})
 
 
 def _make_links(node):
@@ -116,14 +136,16 @@ def test_a_node_the_roles_built_passes_and_the_report_says_so_three_ways(node, t
     done, files = validate(node, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(files) == ["validation.conformance.json", "validation.junit.xml", "validation.md"]
-    assert outcomes(files) == dict({name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}, **SKIPPED)
+    assert outcomes(files) == {name: ("passed", "") for name in HOST_CHECKS + POD_CHECKS}
     rows = [line for line in files["validation.md"].splitlines() if line.startswith("| %s |" % NODE)]
-    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 10 + ["skip", "pass"]))], files["validation.md"]
+    assert rows == ["| %s | %s |" % (NODE, " | ".join(["pass"] * 12))], files["validation.md"]
     evidence = json.loads(files["validation.conformance.json"])["requirements"]
     assert evidence["secure_accelerator_access"]["passed"] is True
     assert {item["check"] for item in evidence["secure_accelerator_access"]["evidence"]} == {
         "container_runtime", "runtime_isolation", "workload", "second_container", "no_request"}
     assert evidence["accelerator_metrics"]["passed"] is True
+    assert [item["check"] for item in evidence["gpu_sharing"]["evidence"]] == ["sharing"]
+    assert evidence["gpu_sharing"]["passed"] is True
     assert [item["check"] for item in evidence["accelerator_metrics"]["evidence"]] == ["metrics"]
 
     again, files_again = validate(node, tmp_path)
@@ -189,17 +211,17 @@ def test_runc_as_the_default_with_no_way_to_nvidias_runtime_fails_on_the_host_an
         node.containerd.restart()
 
 
-def test_labels_that_promise_sharing_the_plugin_does_not_give_fail_the_sharing_check(node, tmp_path):
-    """The node says each GPU is shared two ways, but its plugin offers each once: of 9 pods, one per GPU and one
-    more, the last is never scheduled."""
-    node.plane.kubectl("label", "node", NODE, *sharing_labels(2, 8), "--overwrite")
+def test_labels_that_promise_more_than_the_plugin_offers_fail_the_sharing_check_at_once(node, tmp_path):
+    """The node's labels say 16 GPUs, each shared 2 ways, but its plugin offers 16 replicas in all: the 17 pods the
+    check would run can never run at once, which the node's allocatable tells without starting one."""
+    node.plane.kubectl("label", "node", NODE, *sharing_labels(2, 16), "--overwrite")
     try:
-        found = _fails(node, tmp_path, {"sharing": "8 of 9 pods asking for one nvidia.com/gpu each ran at once on a "
-                                                   "node of 8 GPUs shared 2 ways, within 20 s"},
-                       {"scv_gpu_validation_timeout": 20})
-        assert "Insufficient nvidia.com/gpu" in found["sharing"][1], found
+        found = _fails(node, tmp_path, {"sharing": "the node offers 16 nvidia.com/gpu (its allocatable), fewer than "
+                                                   "the 17 pods asking for one each that its labels promise to run "
+                                                   "at once (16 GPUs shared 2 ways)"})
+        assert [name for name, (outcome, _reason) in found.items() if outcome == "failed"] == ["sharing"], found
     finally:
-        node.plane.kubectl("label", "node", NODE, "nvidia.com/gpu.replicas-", "nvidia.com/gpu.count-")
+        node.plane.kubectl("label", "node", NODE, *sharing_labels(2, len(node.root.uuids)), "--overwrite")
 
 
 def test_a_stopped_agent_fails_the_metrics_check(node, tmp_path):
@@ -252,12 +274,20 @@ def test_a_workload_that_exits_non_zero_fails_with_its_output_and_marks_the_node
         node.plane.kubectl("annotate", "node", NODE, "scv.gpu/validation-", "scv.gpu/validated-at-")
 
 
-def test_without_the_device_plugin_the_workload_is_never_placed(node, tmp_path):
+def test_without_the_device_plugin_the_workload_is_never_placed_and_no_other_pod_asks(node, tmp_path):
+    """One timeout is waited: where the workload's pod was not placed, the sharing and metrics checks' would not be."""
     node.remove_device_plugin()
     try:
-        _fails(node, tmp_path, {"workload": "within 15 s"}, {"scv_gpu_validation_timeout": 15})
+        unplaced = "not tried: the workload pod %s/" % VALIDATION_NAMESPACE
+        found = _fails(node, tmp_path, {"workload": "", "sharing": unplaced, "metrics": unplaced},
+                       {"scv_gpu_validation_timeout": 10})
+        # the scheduler finds no nvidia.com/gpu left, or, while the node's status still offers the plugin's, the
+        # kubelet refuses the pod at once (no healthy device to allocate)
+        assert "Insufficient nvidia.com/gpu" in found["workload"][1] or \
+            "UnexpectedAdmissionError: Pod was rejected: Allocate failed" in found["workload"][1], found
+        assert found["no_request"] == ("passed", ""), found
     finally:
-        node.deploy_device_plugin()
+        deploy_shared_plugin(node)
 
 
 def test_a_dra_node_is_validated_through_a_resource_claim(node, tmp_path):
@@ -288,6 +318,22 @@ def test_check_mode_starts_no_pod(node, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert files == {}
     assert node.plane.kubectl("get", "namespace", namespace, check=False).returncode != 0
+
+
+def test_the_plugin_offers_two_replicas_of_every_gpu_from_the_chosen_config(node):
+    assert read_object(node.plane, "node", NODE)["metadata"]["labels"]["nvidia.com/device-plugin.config"] == CONFIG
+    (plugin,) = json.loads(node.plane.kubectl("get", "pods", "-n", PLUGIN_NAMESPACE, "-o", "json").stdout)["items"]
+    lines = container_log(node.kubelet, PLUGIN_NAMESPACE, plugin["metadata"]["name"], "nvidia-device-plugin-ctr")
+    assert "registered nvidia.com/gpu (16 devices, 2 replicas each)" in lines, lines
+    assert node.kubelet.allocatable("nvidia.com/gpu") == "16"
+
+
+def test_a_pod_given_one_replica_sees_exactly_one_gpu(node):
+    views = node.views(node.pod(NAMESPACE, "one-replica", [("trainer", 1, {})]))
+    devices, uuids = views["trainer"]
+    gpus = sorted(device for device in devices if device not in CONTROL_NODES)
+    assert len(gpus) == 1 and devices == set(gpus) | CONTROL_NODES, views
+    assert uuids == [node.root.uuids[int(gpus[0][len("nvidia"):])]], views
 
 
 @pytest.fixture(autouse=True)

@@ -260,8 +260,17 @@ def container_outcome(pod, container):
                                      "CreateContainerConfigError", "InvalidImageName", "RunContainerError"):
             reason, message = waiting["reason"], waiting.get("message") or ""
             return True, "container %s cannot start: %s: %s" % (container, reason, message)
+        break
+    return _pod_ended(status, container)
+
+
+def _pod_ended(status, container):
+    """(True, why) where the pod ended before ``container`` ran to its end: the kubelet refused it at admission
+    (UnexpectedAdmissionError where no healthy device is left to allocate) or evicted it; else (False, None)."""
+    if status.get("phase") != "Failed":
         return False, None
-    return False, None
+    said = " ".join(("%s: %s" % (status.get("reason") or "Failed", status.get("message") or "")).split())[-300:]
+    return True, "container %s never ran to its end, the pod failed: %s" % (container, said)
 
 
 def pending_reason(pod):

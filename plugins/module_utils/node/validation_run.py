@@ -60,10 +60,16 @@ def validate_pods(client, node, namespace, workload, probe, request, timeout, me
         for _checks, pod in pods:
             _create(client, namespace, pod, clock, sleep)
             created.append(pod["metadata"]["name"])
-        results = _wait(client, node, namespace, pods, timeout, clock, sleep)
-        results.append(_sharing(client, node, body, namespace, request, holder, run_id, timeout, clock, sleep))
+        results, last = _wait(client, node, namespace, pods, timeout, clock, sleep)
+        unplaced = _never_placed(pods, last, namespace)
+        if unplaced and not sharing_plan(body)[1] and not request.get("device_class"):
+            results.append(check(node, "sharing", failure="not tried: %s" % unplaced))
+        else:
+            results.append(_sharing(client, node, body, namespace, request, holder, run_id, timeout, clock, sleep))
         if metrics is None:
             return results + [check(node, "metrics", skipped="no metrics URL of the node's agent was given")]
+        if unplaced:
+            return results + [check(node, "metrics", failure="not tried: %s" % unplaced)]
         pod = metrics_pod(node, hostname, run_id, holder, gpu_request("metrics"))
         _create(client, namespace, pod, clock, sleep)
         created.append(pod["metadata"]["name"])
@@ -73,6 +79,32 @@ def validate_pods(client, node, namespace, workload, probe, request, timeout, me
             client.delete_in(namespace, name)
         for name in made_claims:
             client.delete_claim(namespace, name)
+
+
+def _never_placed(pods, last, namespace):
+    """Why the checks that hold a GPU are not tried, where the workload pod, which asks for one, got none: the
+    scheduler never bound it to the node, or the kubelet refused it before any container ran (no healthy device to
+    allocate). No pod asking for a GPU would fare better. Else ''."""
+    for checks, pod in pods:
+        if "workload" not in checks:
+            continue
+        current = last.get(pod["metadata"]["name"]) or {}
+        status = current.get("status") or {}
+        if not (current.get("spec") or {}).get("nodeName"):
+            how = "was never placed on the node"
+        elif status.get("phase") == "Failed" and not status.get("containerStatuses"):
+            how = "was refused by the node's kubelet (%s)" % (status.get("reason") or "Failed")
+        else:
+            return ""
+        return "the workload pod %s/%s, which asks for one GPU as they do, %s" % (namespace, pod["metadata"]["name"],
+                                                                                 how)
+    return ""
+
+
+def _offered(body, resource):
+    """How many of extended resource ``resource`` Node ``body`` offers (its allocatable), as an int."""
+    value = str(((body.get("status") or {}).get("allocatable") or {}).get(resource) or "0")
+    return int(value) if value.isdigit() else 0
 
 
 def _sharing(client, node, body, namespace, request, holder, run_id, timeout, clock, sleep):
@@ -86,6 +118,14 @@ def _sharing(client, node, body, namespace, request, holder, run_id, timeout, cl
         return check(node, "sharing", skipped=skipped)
     labels = (body.get("metadata") or {}).get("labels") or {}
     hostname = labels.get("kubernetes.io/hostname") or node
+    offered = _offered(body, request["resource"])
+    if offered < wanted:
+        # the scheduler could never place them all: no pod needs to wait out the timeout to show it
+        return check(node, "sharing", failure=(
+            "the node offers %d %s (its allocatable), fewer than the %d pods asking for one each that its labels "
+            "promise to run at once (%s GPUs shared %s ways): is the device plugin running with the sharing "
+            "config the labels name?" % (offered, request["resource"], wanted, wanted - 1,
+                                         labels["nvidia.com/gpu.replicas"])))
     pods = [metrics_pod(node, hostname, run_id, holder, request, "share-%d" % number) for number in range(wanted)]
     names = []
     try:
@@ -159,7 +199,8 @@ def _create(client, namespace, pod, clock, sleep, patience=30):
 
 
 def _wait(client, node, namespace, pods, timeout, clock, sleep):
-    """Polls the pods until every container ended (or cannot start) or ``timeout`` seconds passed."""
+    """Polls the pods until every container ended (or cannot start) or ``timeout`` seconds passed: ([check dicts of
+    POD_CHECKS], {pod name: the pod as last read})."""
     results = {}
     ends = clock() + timeout
     last = {}
@@ -184,4 +225,4 @@ def _wait(client, node, namespace, pods, timeout, clock, sleep):
                 reason = pending_reason(last.get(name) or {}) or "container %s did not finish" % container
                 results[check_name] = check(node, check_name, failure="pod %s/%s, within %d s: %s" % (
                     namespace, name, timeout, reason))
-    return [results[name] for name in POD_CHECKS]
+    return [results[name] for name in POD_CHECKS], last

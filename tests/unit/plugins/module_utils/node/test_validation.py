@@ -144,15 +144,34 @@ def test_the_series_naming_a_pod_are_found_by_its_pod_and_namespace_labels_only(
     assert series_naming_pod(EXPOSITION, "scv-gpu-validation", "scv-validate-2-metrics") == []
 
 
+REFUSED = ("Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy devices "
+           "nvidia.com/gpu, which is unexpected")
+
+
+def test_a_pod_the_kubelet_refused_has_ended_with_its_reason():
+    refused = {"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": REFUSED}}
+    assert container_outcome(refused, "workload") == (
+        True, "container workload never ran to its end, the pod failed: UnexpectedAdmissionError: " + REFUSED)
+    assert container_outcome({"status": {"phase": "Pending"}}, "workload") == (False, None)
+    evicted = {"status": {"phase": "Failed", "reason": "Evicted", "containerStatuses": [
+        {"name": "workload", "state": {"running": {}}}]}}
+    assert container_outcome(evicted, "workload")[1].endswith("the pod failed: Evicted:")
+
+
 class FakeApi:
     """What validation_run asks the API server, answered from a script: the holder pod's phase over time."""
 
-    def __init__(self, phases, labels=None, shared_running=None):
+    def __init__(self, phases, labels=None, shared_running=None, offered=None, placed=True):
         self.phases, self.made, self.deleted = list(phases), [], []
-        self.labels, self.shared_running = dict(labels or {}), shared_running
+        self.labels, self.shared_running, self.placed = dict(labels or {}), shared_running, placed
+        if offered is None:      # what a plugin sharing as the labels say offers
+            offered = int(self.labels.get("nvidia.com/gpu.count", "8")) * int(
+                self.labels.get("nvidia.com/gpu.replicas", "1"))
+        self.offered = offered
 
     def node(self, name):
-        return {"metadata": {"labels": dict(self.labels, **{"kubernetes.io/hostname": name})}}
+        return {"metadata": {"labels": dict(self.labels, **{"kubernetes.io/hostname": name})},
+                "status": {"allocatable": {"cpu": "2", "nvidia.com/gpu": str(self.offered)}}}
 
     def namespace_exists(self, namespace):
         return True
@@ -169,9 +188,17 @@ class FakeApi:
             return {"status": {"phase": "Running" if running else "Pending", "conditions": [] if running else [
                 {"type": "PodScheduled", "status": "False", "message": "0/1 nodes are available: 1 Insufficient "
                                                                        "nvidia.com/gpu."}]}}
+        if name.endswith("-workload") and self.placed == "refused":
+            return {"spec": {"nodeName": "gpu-a"}, "status": {
+                "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": REFUSED}}
+        if name.endswith("-workload") and not self.placed:
+            return {"status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "message": "0/1 nodes are available: 1 Insufficient "
+                                                                       "nvidia.com/gpu."}]}}
         if not name.endswith("-metrics"):
             container = name.endswith("-workload") and ["workload", "no-request"] or ["probe"]
-            return {"status": {"containerStatuses": [{"name": each, "state": {"terminated": {"exitCode": 0}}}
+            return {"spec": {"nodeName": "gpu-a"},
+                    "status": {"containerStatuses": [{"name": each, "state": {"terminated": {"exitCode": 0}}}
                                                      for each in container]}}
         phase = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
         return {"status": {"phase": phase}}
@@ -264,3 +291,45 @@ def test_a_node_that_shares_nothing_skips_the_sharing_check(labels):
                           clock=Clock(), sleep=lambda _seconds: None)
     assert found[3]["check"] == "sharing" and found[3]["outcome"] == SKIPPED
     assert not [name for name in api.made if "-share-" in name]
+
+
+def test_a_node_offering_fewer_than_its_labels_promise_fails_sharing_without_starting_a_pod():
+    """Labels saying 8 GPUs shared 2 ways, allocatable 8: 9 pods can never run at once, and no timeout is waited."""
+    api = FakeApi(["Running"], {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.count": "8"}, offered=8)
+    clock = Clock()
+    found = validate_pods(api, "gpu-a", "ns", {"image": "w"}, {"image": "p"}, {"resource": "nvidia.com/gpu"}, 30,
+                          clock=clock, sleep=clock.sleep)
+    assert found[3]["outcome"] == FAILED and not [name for name in api.made if "-share-" in name]
+    assert found[3]["reason"].startswith("the node offers 8 nvidia.com/gpu (its allocatable), fewer than the 9 pods "
+                                         "asking for one each that its labels promise to run at once (8 GPUs shared "
+                                         "2 ways)"), found[3]
+    assert clock.now < 30
+
+    api = FakeApi(["Running"], {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.count": "8"}, offered=9,
+                  shared_running=9)
+    found = validate_pods(api, "gpu-a", "ns", {"image": "w"}, {"image": "p"}, {"resource": "nvidia.com/gpu"}, 30,
+                          clock=Clock(), sleep=lambda _seconds: None)
+    assert found[3] == check("gpu-a", "sharing") and len([name for name in api.made if "-share-" in name]) == 9
+
+
+@pytest.mark.parametrize("placed, workload, how", [
+    (False, "not scheduled: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.", "was never placed on the node"),
+    ("refused", "the pod failed: UnexpectedAdmissionError: Pod was rejected: Allocate failed",
+     "was refused by the node's kubelet (UnexpectedAdmissionError)")])
+def test_when_the_workload_gets_no_gpu_the_checks_holding_one_are_not_tried(placed, workload, how):
+    """No pod asking for a GPU fares better where the workload's got none: one timeout is waited at most, not three,
+    and a pod the kubelet refused ends the wait at once."""
+    api = FakeApi(["Running"], {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.count": "8"}, placed=placed)
+    found, now = _run(api, lambda: EXPOSITION)
+    assert found["workload"][0] == FAILED and workload in found["workload"][1], found
+    for name in ("sharing", "metrics"):
+        assert found[name][0] == FAILED, found
+        assert found[name][1].startswith("not tried: the workload pod scv-gpu-validation/scv-validate-"), found
+        assert found[name][1].endswith("which asks for one GPU as they do, " + how), found
+    assert found["no_request"] == ("passed", "")
+    assert not [name for name in api.made if "-share-" in name or name.endswith("-metrics")], api.made
+    assert now <= (31 if placed is False else 1) and sorted(api.deleted) == sorted(api.made)
+
+    # a node sharing nothing still says so
+    found = _run(FakeApi(["Running"], placed=False), lambda: EXPOSITION)[0]
+    assert found["sharing"][0] == SKIPPED and found["metrics"][0] == FAILED
