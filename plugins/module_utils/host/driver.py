@@ -81,7 +81,7 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
 
     ``packages``: what apt or dnf installs (pinned where a version is set);
     ``hold``: what apt-mark holds or dnf versionlock locks (only with a version);
-    ``apt_pin``: source package and version for an apt preferences pin, or None;
+    ``apt_pin``: the source packages (``sources``) and ``version`` of an apt preferences pin, or None;
     ``dnf_module``: the module stream to enable, or None;
     ``headers``: the kernel headers package for the running kernel;
     ``driver_package``: the package whose version is the installed driver's.
@@ -171,11 +171,14 @@ def _debian(kernel, branch, version, opened):
                         "nvidia_driver_branch empty, and set nvidia_driver_version to pin a version")
     dkms = "nvidia-open-kernel-dkms" if opened else "nvidia-kernel-dkms"
     names = ["nvidia-driver", dkms]
+    # Both module packages depend on the GSP firmware of their upstream version (non-free-firmware); named, it
+    # moves with a pin in the same transaction. The open modules come from a source of their own, in contrib.
     return {
         "manager": "apt",
-        "packages": _apt_pinned(names, version) + ["linux-headers-%s" % kernel],
+        "packages": _apt_pinned(names + ["firmware-nvidia-gsp"], version) + ["linux-headers-%s" % kernel],
         "hold": names if version else [],
-        "apt_pin": {"source": "nvidia-graphics-drivers", "version": version} if version else None,
+        "apt_pin": {"sources": ["nvidia-graphics-drivers"] + (["nvidia-open-gpu-kernel-modules"] if opened else []),
+                    "version": version} if version else None,
         "dnf_module": None,
         "headers": "linux-headers-%s" % kernel,
         "driver_package": "nvidia-driver",
@@ -203,7 +206,7 @@ def _ubuntu(kernel, branch, version, opened, server):
         "manager": "apt",
         "packages": _apt_pinned([driver], version) + modules + ["linux-headers-%s" % kernel],
         "hold": [driver] if version else [],
-        "apt_pin": {"source": source, "version": version} if version else None,
+        "apt_pin": {"sources": [source], "version": version} if version else None,
         "dnf_module": None,
         "headers": "linux-headers-%s" % kernel,
         "driver_package": driver,

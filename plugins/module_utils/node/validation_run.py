@@ -96,8 +96,8 @@ def _never_placed(pods, last, namespace):
             how = "was refused by the node's kubelet (%s)" % (status.get("reason") or "Failed")
         else:
             return ""
-        return "the workload pod %s/%s, which asks for one GPU as they do, %s" % (namespace, pod["metadata"]["name"],
-                                                                                 how)
+        name = pod["metadata"]["name"]
+        return "the workload pod %s/%s, which asks for one GPU as they do, %s" % (namespace, name, how)
     return ""
 
 

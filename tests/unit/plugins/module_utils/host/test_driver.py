@@ -63,7 +63,8 @@ def test_kernel_flavour():
 def test_debian_latest():
     got = plan(**DEBIAN, branch="", kernel_modules="proprietary")
     assert got["manager"] == "apt"
-    assert got["packages"] == ["nvidia-driver", "nvidia-kernel-dkms", "linux-headers-6.1.0-28-amd64"]
+    assert got["packages"] == ["nvidia-driver", "nvidia-kernel-dkms", "firmware-nvidia-gsp",
+                               "linux-headers-6.1.0-28-amd64"]
     assert got["hold"] == [] and got["apt_pin"] is None and got["dnf_module"] is None
     assert got["initramfs_command"] == ["update-initramfs", "-u", "-k", "all"]
 
@@ -71,9 +72,13 @@ def test_debian_latest():
 def test_debian_pinned_open_modules():
     got = plan(**DEBIAN, branch="", version="535.247.01-1~deb12u1", kernel_modules="open")
     assert got["packages"] == ["nvidia-driver=535.247.01-1~deb12u1", "nvidia-open-kernel-dkms=535.247.01-1~deb12u1",
-                               "linux-headers-6.1.0-28-amd64"]
+                               "firmware-nvidia-gsp=535.247.01-1~deb12u1", "linux-headers-6.1.0-28-amd64"]
     assert got["hold"] == ["nvidia-driver", "nvidia-open-kernel-dkms"]
-    assert got["apt_pin"] == {"source": "nvidia-graphics-drivers", "version": "535.247.01-1~deb12u1"}
+    # Debian builds the open modules from a source of their own (nvidia-open-gpu-kernel-modules, in contrib)
+    assert got["apt_pin"] == {"sources": ["nvidia-graphics-drivers", "nvidia-open-gpu-kernel-modules"],
+                              "version": "535.247.01-1~deb12u1"}
+    proprietary = plan(**DEBIAN, branch="", version="535.247.01-1~deb12u1", kernel_modules="proprietary")
+    assert proprietary["apt_pin"]["sources"] == ["nvidia-graphics-drivers"]
 
 
 def test_debian_refuses_a_branch():
@@ -94,7 +99,7 @@ def test_ubuntu_desktop_pinned():
     got = plan(**UBUNTU, branch="550", version="550.120-0ubuntu1", ubuntu_server=False, kernel_modules="proprietary")
     assert got["packages"][0] == "nvidia-driver-550=550.120-0ubuntu1"
     assert got["hold"] == ["nvidia-driver-550"]
-    assert got["apt_pin"] == {"source": "nvidia-graphics-drivers-550", "version": "550.120-0ubuntu1"}
+    assert got["apt_pin"] == {"sources": ["nvidia-graphics-drivers-550"], "version": "550.120-0ubuntu1"}
 
 
 def test_an_empty_branch_is_the_distributions_default():
