@@ -144,7 +144,7 @@ integration: $(VENV_STAMP) $(COMPAT_STAMP) $(COLLECTION_LINK) $(SIM) control-pla
 
 # Molecule scenarios in podman systemd containers (root).
 MOLECULE_SCENARIOS := default container_toolkit_docker container_toolkit_containerd container_toolkit_containerd2 \
-	nvidia_driver_host nvidia_driver_secure_boot scv_agent
+	nvidia_driver_host nvidia_driver_trixie nvidia_driver_secure_boot scv_agent
 .PHONY: molecule
 molecule: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-wheels
 	tools/molecule $(MOLECULE_SCENARIOS)
