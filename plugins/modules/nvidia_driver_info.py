@@ -77,8 +77,8 @@ options:
     type: path
     default: /etc/modprobe.d/scv-gpu-nvidia.conf
   procfs:
-    description: Where procfs is mounted (the driver's parameters, and the processes that hold its devices); tests
-      point it at a prepared tree.
+    description: Where procfs is mounted (the loaded driver's version line and parameters, and the processes that
+      hold its devices); tests point it at a prepared tree.
     type: path
     default: /proc
 attributes:
@@ -109,6 +109,14 @@ loaded_version:
   returned: always
   type: str
   sample: "580.95.05"
+loaded_kernel_modules:
+  description:
+    - The flavour of the loaded C(nvidia) module, C(open) or C(proprietary), from the first line of
+      C(/proc/driver/nvidia/version); null when none is loaded. A change of flavour at the same version runs only
+      after the module is reloaded or the host rebooted.
+  returned: always
+  type: str
+  sample: open
 nouveau_loaded:
   description: Whether the C(nouveau) module is loaded.
   returned: always
@@ -233,6 +241,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import upstream_version
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import (
     installed_version,
+    loaded_kernel_modules,
     loaded_version,
     next_kernel,
     nouveau_loaded,
@@ -266,6 +275,7 @@ def main():
     result = dict(
         changed=False,
         loaded_version=loaded_version(sysfs),
+        loaded_kernel_modules=loaded_kernel_modules(params["procfs"]),
         nouveau_loaded=nouveau_loaded(sysfs),
         nova_loaded=nova_loaded(sysfs),
         installed_package_version=package_version,

@@ -425,3 +425,28 @@ def test_info_names_the_nova_modules_loaded_and_the_reboot_they_need(ansible, sy
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nova_core, nova_drm is loaded and binds the GPUs before NVIDIA's module can" in done.stdout
     assert "'reboot': True" in done.stdout or '"reboot": true' in done.stdout, done.stdout
+
+
+def test_info_tells_the_loaded_flavour_and_a_change_of_flavour_asks_a_reboot(ansible, sysfs, tmp_path):
+    """A host moved from the proprietary modules to the open ones at the same version (535.183.01): the loaded
+    module still is the proprietary one until it is reloaded or the host rebooted."""
+    procfs = tmp_path / "proc"
+    (procfs / "driver" / "nvidia").mkdir(parents=True)
+    (procfs / "driver" / "nvidia" / "version").write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    (sysfs / "module" / "nouveau").rmdir()
+    ok, result = ansible.module({"sysfs": str(sysfs), "procfs": str(procfs), "nvml": False},
+                                name="scv.gpu.nvidia_driver_info")
+    assert ok, ansible.last_output
+    assert result["loaded_kernel_modules"] == "proprietary" and result["loaded_version"] == "535.183.01"
+    play = sysfs.parent / "reboot.yml"
+    state = dict(result, installed_version="535.183.01")
+    play.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [{"ansible.builtin.debug": {
+        "msg": "{{ state | scv.gpu.nvidia_driver_reboot('auto', 'ssh', kernel_modules=flavour) }}"}}]}]))
+    for flavour, reboot in (("open", True), ("proprietary", False)):
+        done = ansible.playbook(play, None, "-e", json.dumps({"state": state, "flavour": flavour}))
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = "the running kernel has the proprietary nvidia module loaded, and the open one is installed"
+        assert (said in done.stdout) is reboot, done.stdout
+        assert ("'reboot': %s" % reboot in done.stdout) or ('"reboot": %s' % str(reboot).lower() in done.stdout)

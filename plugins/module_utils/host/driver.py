@@ -81,6 +81,8 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
 
     ``packages``: what apt or dnf installs (pinned where a version is set);
     ``hold``: what apt-mark holds or dnf versionlock locks (only with a version);
+    ``replaces``: the packages of the other kernel module flavour, which the install removes in its own
+    transaction where they are installed (held or not): a change of flavour (apt);
     ``apt_pin``: the source packages (``sources``) and ``version`` of an apt preferences pin, or None;
     ``dnf_module``: the module stream to enable, or None;
     ``headers``: the kernel headers package for the running kernel;
@@ -177,6 +179,7 @@ def _debian(kernel, branch, version, opened):
         "manager": "apt",
         "packages": _apt_pinned(names + ["firmware-nvidia-gsp"], version) + ["linux-headers-%s" % kernel],
         "hold": names if version else [],
+        "replaces": ["nvidia-kernel-dkms" if opened else "nvidia-open-kernel-dkms"],
         "apt_pin": {"sources": ["nvidia-graphics-drivers"] + (["nvidia-open-gpu-kernel-modules"] if opened else []),
                     "version": version} if version else None,
         "dnf_module": None,
@@ -206,6 +209,7 @@ def _ubuntu(kernel, branch, version, opened, server):
         "manager": "apt",
         "packages": _apt_pinned([driver], version) + modules + ["linux-headers-%s" % kernel],
         "hold": [driver] if version else [],
+        "replaces": ["nvidia-driver-%s%s%s" % (branch, "-server" if server else "", "" if opened else "-open")],
         "apt_pin": {"sources": [source], "version": version} if version else None,
         "dnf_module": None,
         "headers": "linux-headers-%s" % kernel,
@@ -235,6 +239,7 @@ def _redhat(major, kernel, branch, version, opened):
         "manager": "dnf",
         "packages": packages + ["kernel-devel-%s" % kernel, "kernel-headers-%s" % kernel],
         "hold": ["%s-%s" % (name, version) for name in names] if version else [],
+        "replaces": [],
         "apt_pin": None,
         "dnf_module": "nvidia-driver:%s" % stream,
         "headers": "kernel-devel-%s" % kernel,
@@ -252,13 +257,16 @@ def _apt_pinned(names, version):
     return ["%s=%s" % (name, version) for name in names] if version else list(names)
 
 
-def reboot_reasons(loaded_version, installed_version, nouveau_loaded, nova_loaded=()):
+def reboot_reasons(loaded_version, installed_version, nouveau_loaded, nova_loaded=(), loaded_modules=None,
+                   installed_modules=None):
     """Why the host must reboot before the installed driver runs; an empty list when it need not.
 
     ``loaded_version``: the nvidia module in the running kernel (None when none is loaded);
     ``installed_version``: the driver now installed (None when none is);
     ``nouveau_loaded``: whether nouveau holds the GPUs; ``nova_loaded``: the nova modules loaded (nova_core binds
-    the GPUs before NVIDIA's module can).
+    the GPUs before NVIDIA's module can);
+    ``loaded_modules``, ``installed_modules``: the flavour (open, proprietary) of the loaded module and of the
+    installed one, where known: a change of flavour at the same version runs only after a reload or a reboot.
     With nothing loaded and nouveau absent, the module is simply loaded: no reboot.
     """
     reasons = []
@@ -271,6 +279,10 @@ def reboot_reasons(loaded_version, installed_version, nouveau_loaded, nova_loade
         reasons.append("the running kernel has driver %s loaded, and %s is installed"
                        % (upstream_version(loaded_version) or loaded_version,
                           upstream_version(installed_version) or installed_version))
+    elif loaded_version and installed_version and loaded_modules and installed_modules \
+            and loaded_modules != installed_modules:
+        reasons.append("the running kernel has the %s nvidia module loaded, and the %s one is installed"
+                       % (loaded_modules, installed_modules))
     return reasons
 
 

@@ -26,6 +26,22 @@ def loaded_version(sysfs):
         return None
 
 
+def loaded_kernel_modules(procfs):
+    """The flavour of the nvidia module loaded now, from the first line of /proc/driver/nvidia/version: "open"
+    ("NVIDIA UNIX Open Kernel Module for x86_64 ..."), "proprietary" ("NVIDIA UNIX x86_64 Kernel Module ...");
+    None when none is loaded or the line says neither."""
+    try:
+        with open(os.path.join(procfs, "driver", "nvidia", "version"), encoding="utf-8", errors="replace") as handle:
+            first = handle.readline()
+    except OSError:
+        return None
+    if not first.startswith("NVRM version:"):
+        return None
+    if "Open Kernel Module" in first:
+        return "open"
+    return "proprietary" if "Kernel Module" in first else None
+
+
 def nouveau_loaded(sysfs):
     return os.path.isdir(os.path.join(sysfs, "module", "nouveau"))
 

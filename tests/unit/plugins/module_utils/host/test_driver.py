@@ -79,6 +79,8 @@ def test_debian_pinned_open_modules():
                               "version": "535.247.01-1~deb12u1"}
     proprietary = plan(**DEBIAN, branch="", version="535.247.01-1~deb12u1", kernel_modules="proprietary")
     assert proprietary["apt_pin"]["sources"] == ["nvidia-graphics-drivers"]
+    # a change of flavour removes the other module package in the install's own transaction
+    assert got["replaces"] == ["nvidia-kernel-dkms"] and proprietary["replaces"] == ["nvidia-open-kernel-dkms"]
 
 
 def test_debian_refuses_a_branch():
@@ -100,6 +102,7 @@ def test_ubuntu_desktop_pinned():
     assert got["packages"][0] == "nvidia-driver-550=550.120-0ubuntu1"
     assert got["hold"] == ["nvidia-driver-550"]
     assert got["apt_pin"] == {"sources": ["nvidia-graphics-drivers-550"], "version": "550.120-0ubuntu1"}
+    assert got["replaces"] == ["nvidia-driver-550-open"]
 
 
 def test_an_empty_branch_is_the_distributions_default():
@@ -168,6 +171,18 @@ def test_secure_boot_stops_dkms_until_the_key_is_enrolled(host):
 ])
 def test_reboot_reasons(loaded, installed, nouveau, reasons):
     assert reboot_reasons(loaded, installed, nouveau) == reasons
+
+
+def test_a_change_of_flavour_at_the_same_version_needs_the_module_reloaded():
+    assert reboot_reasons("550.163.01", "550.163.01-2", False, (), "proprietary", "open") == [
+        "the running kernel has the proprietary nvidia module loaded, and the open one is installed"]
+    assert reboot_reasons("550.163.01", "550.163.01-2", False, (), "open", "open") == []
+    # a flavour the loaded module does not tell, or nothing loaded: no reason from it
+    assert reboot_reasons("550.163.01", "550.163.01-2", False, (), None, "open") == []
+    assert reboot_reasons(None, "550.163.01-2", False, (), None, "open") == []
+    # with the version moving too, that reason says it
+    assert reboot_reasons("535.216.01", "550.163.01-2", False, (), "proprietary", "open") == [
+        "the running kernel has driver 535.216.01 loaded, and 550.163.01 is installed"]
 
 
 def test_reboot_decision_by_policy_and_connection():

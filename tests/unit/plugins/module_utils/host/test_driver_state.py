@@ -6,6 +6,7 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import (
     installed_version,
+    loaded_kernel_modules,
     loaded_version,
     next_kernel,
     nouveau_loaded,
@@ -41,6 +42,21 @@ def test_the_loaded_module_and_nouveau_are_read_from_sysfs(tmp_path):
     (tmp_path / "module" / "nvidia" / "version").write_text("570.133.20\n")
     (tmp_path / "module" / "nouveau").mkdir()
     assert loaded_version(str(tmp_path)) == "570.133.20" and nouveau_loaded(str(tmp_path)) is True
+
+
+@pytest.mark.parametrize("line, flavour", [
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16-I3-B03-4-3)  "
+     "Tue Jun 25 01:26:03 UTC 2024", "open"),
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03  Thu Apr  3 01:14:19 UTC 2025", "proprietary"),
+    ("GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)", None),
+    ("", None),
+])
+def test_the_loaded_modules_flavour_is_read_from_the_drivers_version_line(tmp_path, line, flavour):
+    version = tmp_path / "driver" / "nvidia" / "version"
+    version.parent.mkdir(parents=True)
+    version.write_text(line + "\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    assert loaded_kernel_modules(str(tmp_path)) == flavour
+    assert loaded_kernel_modules(str(tmp_path / "nothing")) is None
 
 
 @pytest.mark.parametrize("out, rc, version", [
