@@ -18,14 +18,22 @@ from __future__ import annotations
 import os
 import re
 
-NAME = re.compile(r"^NVreg_[A-Za-z0-9_]+$")
+NAME = re.compile(r"NVreg_[A-Za-z0-9_]+")      # matched whole (fullmatch), so no trailing newline
 # Parameters of nvidia.ko without the NVreg_ prefix.
 OTHER_NVIDIA_PARAMS = ("rm_firmware_active", "nv_cap_enable_devfs")
 # Parameters of the driver's other modules, which 'options nvidia' does not reach.
 OTHER_MODULES = {"modeset": "nvidia_drm", "fbdev": "nvidia_drm", "hdmi_deepcolor": "nvidia_modeset",
                  "uvm_perf_prefetch_enable": "nvidia_uvm", "uvm_disable_hmm": "nvidia_uvm"}
 # One word of modprobe.d: no whitespace (it separates options), no quotes or backslash (modprobe reads them).
-VALUE = re.compile(r"""^[^\s"'\\]+$""")
+# Matched whole (fullmatch): "$" alone would let a trailing newline through, which ends modprobe.d's line.
+VALUE = re.compile(r"""[^\s"'\\]+""")
+# nvidia.ko declares its options int (NV_MODULE_PARAMETER: module_param(x, int, 0)), which the kernel parses with
+# kstrtoint: a number outside a C int keeps the module from loading. These few are charp, strings of any word
+# (NV_DEFINE_REG_STRING_ENTRY in nv-reg.h, and rm_firmware_active).
+INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1
+STRING_PARAMS = frozenset(["NVreg_CoherentGPUMemoryMode", "NVreg_RegistryDwords", "NVreg_RegistryDwordsPerDevice",
+                           "NVreg_RmMsg", "NVreg_GpuBlacklist", "NVreg_TemporaryFilePath", "NVreg_ExcludedGpus",
+                           "NVreg_RmNvlinkBandwidth", "rm_firmware_active"])
 # Device nodes of the driver: a process that holds one open holds the GPUs (or the driver) in use.
 DEVICE = re.compile(r"^/dev/nvidia(\d+|ctl|-uvm|-uvm-tools|-modeset|-nvswitch\d*|-nvlink|-caps/.*)$")
 # Services that hold the GPUs only to keep the driver initialised; the reload stops and starts them.
@@ -59,12 +67,12 @@ def name_problem(name):
     """Why ``name`` is not an option of the nvidia module; None when it is one."""
     if not isinstance(name, str):
         return "the name must be a string"
-    if NAME.match(name) or name in OTHER_NVIDIA_PARAMS:
+    if NAME.fullmatch(name) or name in OTHER_NVIDIA_PARAMS:
         return None
     if name in OTHER_MODULES:
         return ("%s is an option of %s, not of nvidia, and this variable writes 'options nvidia': set it in a "
                 "modprobe.d file of your own ('options %s %s=...')" % (name, OTHER_MODULES[name], OTHER_MODULES[name], name))
-    if not name.lower().startswith("nvreg") and NAME.match("NVreg_" + name):
+    if not name.lower().startswith("nvreg") and NAME.fullmatch("NVreg_" + name):
         return "the nvidia module's options are named NVreg_<key>: write NVreg_%s" % name
     return ("not an option of the nvidia module: the names are NVreg_ followed by letters, digits and "
             "underscores (such as NVreg_EnableStreamMemOPs), or one of %s" % ", ".join(OTHER_NVIDIA_PARAMS))
@@ -77,19 +85,28 @@ def spelt_value(name, value):
     if isinstance(value, bool):
         return ("1" if value else "0"), None
     if isinstance(value, int):
-        if value < 0 and isinstance(name, str) and name.startswith("NVreg_"):
-            return None, "%d is negative, and the NVreg_ options are unsigned numbers: give 0 or more" % value
-        return str(value), None
+        return (None, _range_problem(value)) if _range_problem(value) else (str(value), None)
     if isinstance(value, float):
         return None, "%r is not a whole number: the nvidia module's options are whole numbers or words" % value
     if isinstance(value, str):
         if not value:
             return None, "the value is empty: give a number or a word, or remove the key to leave the driver's default"
-        if not VALUE.match(value):
+        if not VALUE.fullmatch(value):
             return None, ("%r holds whitespace, a quote or a backslash, which modprobe.d cannot carry in one "
                           "option: give one word (a RegistryDwords list is written 'Key1=1;Key2=2')" % value)
+        number = kernel_number(value)
+        if number is not None and name not in STRING_PARAMS and _range_problem(number):
+            return None, "%r is %s" % (value, _range_problem(number))
         return value, None
     return None, "a %s is not a value: give a number, a word or true/false (written 1/0)" % type(value).__name__
+
+
+def _range_problem(number):
+    """Why the kernel refuses ``number`` for an int option; None when it takes it."""
+    if INT_MIN <= number <= INT_MAX:
+        return None
+    return ("%d, outside the range of the nvidia module's int options (%d to %d): the kernel refuses it, and the "
+            "module does not load" % (number, INT_MIN, INT_MAX))
 
 
 def _read(path):
@@ -130,13 +147,18 @@ def running_value(name, sysfs, procfs, listed):
     return None, None
 
 
+_KERNEL_NUMBER = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
 def kernel_number(text):
-    """``text`` as the kernel reads a number option (base 0: 0x1f hex, 017 octal, else decimal); None for a word."""
-    text = (text or "").strip()
-    try:
-        return int(text, 8) if re.match(r"^0[0-7]+$", text) else int(text, 0)
-    except ValueError:
+    """``text`` as the kernel reads a number option (base 0: 0x1f hex, 017 octal, else decimal, a sign before
+    either); None for a word."""
+    found = _KERNEL_NUMBER.fullmatch((text or "").strip())
+    if found is None:
         return None
+    sign, digits = found.groups()
+    value = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8 if digits.startswith("0") else 10)
+    return -value if sign == "-" else value
 
 
 def same_value(wanted, running):

@@ -58,7 +58,15 @@ def test_no_options_no_file(params):
     ("NVreg_X", "a\\b", "NVreg_X: 'a\\\\b' holds whitespace, a quote or a backslash"),
     ("NVreg_X", "", "NVreg_X: the value is empty"),
     ("NVreg_X", None, "NVreg_X: it has no value"),
-    ("NVreg_X", -1, "NVreg_X: -1 is negative, and the NVreg_ options are unsigned numbers: give 0 or more"),
+    # the kernel takes an int option with kstrtoint: a C int, signed
+    ("NVreg_X", 2 ** 31, "NVreg_X: 2147483648, outside the range of the nvidia module's int options (-2147483648 to "
+                         "2147483647): the kernel refuses it, and the module does not load"),
+    ("NVreg_X", -2 ** 31 - 1, "NVreg_X: -2147483649, outside the range"),
+    ("NVreg_X", "0x80000000", "NVreg_X: '0x80000000' is 2147483648, outside the range"),
+    ("NVreg_X", "4294967295", "NVreg_X: '4294967295' is 4294967295, outside the range"),
+    # "$" matches before a trailing newline, which would end modprobe.d's line and cost the next option
+    ("NVreg_X", "1\n", "NVreg_X: '1\\n' holds whitespace"),
+    ("NVreg_X\n", 1, "NVreg_X\n: not an option of the nvidia module"),
     ("NVreg_X", 1.5, "NVreg_X: 1.5 is not a whole number"),
     ("NVreg_X", [1], "NVreg_X: a list is not a value"),
     ("NVreg_X", {"a": 1}, "NVreg_X: a dict is not a value"),
@@ -74,6 +82,14 @@ def test_bad_names_and_values_are_refused_naming_the_key(name, value, problem):
 def test_every_wrong_key_is_named_at_once_and_a_negative_int_passes_where_it_is_signed():
     checked = check_options({"Foo": 1, "NVreg_Bar": "x y", "nv_cap_enable_devfs": -1})
     assert [problem.split(":")[1].strip() for problem in checked["problems"]] == ["Foo", "NVreg_Bar"]
+
+
+def test_the_ends_of_a_c_int_pass_and_a_string_option_takes_any_word():
+    checked = check_options({"NVreg_A": -1, "NVreg_B": 2 ** 31 - 1, "NVreg_C": -2 ** 31, "NVreg_D": "0x7fffffff",
+                             "NVreg_RegistryDwords": "4294967296", "NVreg_E": "-0x10"})
+    assert checked["problems"] == []
+    assert checked["content"].endswith("options nvidia NVreg_A=-1 NVreg_B=2147483647 NVreg_C=-2147483648 "
+                                       "NVreg_D=0x7fffffff NVreg_E=-0x10 NVreg_RegistryDwords=4294967296\n")
 
 
 def test_not_a_dict_is_refused():
@@ -106,6 +122,9 @@ def test_values_compare_as_the_kernel_reads_them(wanted, running, same):
 
 def test_kernel_number():
     assert [kernel_number(text) for text in ("10", "0x1f", "010", "0", "x", None)] == [10, 31, 8, 0, None, None]
+    # signs as kstrtoint takes them; what Python's int() takes and the kernel does not is a word
+    assert [kernel_number(text) for text in ("-1", "+7", "-0x10", "1_000", "0x", "09", " 12 ")] == [
+        -1, 7, -16, None, None, None, 12]
 
 
 def host(tmp_path, params=PARAMS, sysfs_values=None, holders=None, loaded=True):
