@@ -31,6 +31,21 @@ class PlanError(ValueError):
     """A combination of settings this role cannot install; the message says what to set."""
 
 
+# A package version as apt and dnf take it, whole: an optional epoch, then a digit and the characters Debian and RPM
+# allow. No whitespace: a newline would end the line of the apt pin or the versionlock entry it is written into.
+_PACKAGE_VERSION = re.compile(r"(?:\d+:)?\d[A-Za-z0-9.+~^_-]*")
+
+
+def version_problem(variable, version):
+    """Why ``version`` (the value of ``variable``) is not a package version; None when it is one or is empty."""
+    if version in (None, ""):
+        return None
+    if not isinstance(version, str) or not _PACKAGE_VERSION.fullmatch(version):
+        return ("%s %r is not a package version: write it as the package manager lists it (such as 580.95.05-1), "
+                "with no whitespace or newline" % (variable, version))
+    return None
+
+
 def upstream_version(version):
     """The driver's own version from a package version: '1:535.247.01-1~deb12u1' -> '535.247.01'.
 
@@ -97,6 +112,8 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
     """
     if kernel_modules not in KERNEL_MODULES:
         raise PlanError("nvidia_driver_kernel_modules must be one of %s, not %r" % (", ".join(KERNEL_MODULES), kernel_modules))
+    if version_problem("nvidia_driver_version", version):
+        raise PlanError(version_problem("nvidia_driver_version", version))
     if version:
         upstream = upstream_version(version)
         if upstream is None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from ansible_collections.scv.gpu.plugins.module_utils.host.driver import PlanError, same_version, upstream_version
+from ansible_collections.scv.gpu.plugins.module_utils.host.driver import (
+    PlanError, same_version, upstream_version, version_problem)
 
 SETTINGS = ("auto", "true", "false")
 SERVICE = "nvidia-fabricmanager"
@@ -168,7 +169,11 @@ def version_problems(wanted, driver_version, fabric_manager_version, installed):
     ``driver_version``: nvidia_driver_version (empty: the branch's newest, known only once installed);
     ``fabric_manager_version``: nvidia_driver_fabric_manager_version; ``installed``: from installed_packages.
     """
-    problems = []
+    problems = [problem for problem in (version_problem("nvidia_driver_version", driver_version),
+                                        version_problem("nvidia_driver_fabric_manager_version", fabric_manager_version))
+                if problem]
+    if problems:
+        return problems
     if wanted and fabric_manager_version:
         if not driver_version:
             problems.append("nvidia_driver_fabric_manager_version is %s and nvidia_driver_version is empty, so the "

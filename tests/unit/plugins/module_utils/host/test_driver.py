@@ -14,6 +14,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.driver import (
     same_version,
     upstream_version,
     version_key,
+    version_problem,
 )
 
 DEBIAN = dict(os_family="Debian", distribution="Debian", major_version="12", kernel="6.1.0-28-amd64")
@@ -142,7 +143,7 @@ def test_rhel_without_module_streams_is_refused():
 def test_version_and_branch_must_agree():
     with pytest.raises(PlanError, match="not on nvidia_driver_branch 580"):
         plan(**RHEL9, branch="580", version="550.54.15-1.el9")
-    with pytest.raises(PlanError, match="not a driver version"):
+    with pytest.raises(PlanError, match="'stable' is not a package version"):
         plan(**RHEL9, branch="580", version="stable")
 
 
@@ -198,3 +199,17 @@ def test_reboot_decision_by_policy_and_connection():
     assert reboot_decision("always", [], "ssh", driver_changed=False) == (False, "no reboot is needed")
     with pytest.raises(PlanError, match="auto, never or always"):
         reboot_decision("sometimes", [], "ssh")
+
+
+@pytest.mark.parametrize("version", ["535.247.01-1\n", "535.247.01-1 ", "535.247.01-1\nPin-Priority: 1",
+                                     " 535.247.01-1", "535.247.01-1:x y"])
+def test_a_version_apt_or_dnf_would_not_read_as_one_is_refused(version):
+    with pytest.raises(PlanError, match="nvidia_driver_version .* is not a package version: .* no whitespace or "
+                                        "newline"):
+        plan(**DEBIAN, branch="", version=version)
+
+
+@pytest.mark.parametrize("version", ["535.247.01-1~deb12u1", "1:535.247.01-1", "580.95.05-1.el9", "580.95.05",
+                                     "580.95.05-0ubuntu0.24.04.2+really", "580.95.05-1^post"])
+def test_package_versions_as_debian_and_rpm_write_them_pass(version):
+    assert version_problem("nvidia_driver_version", version) is None

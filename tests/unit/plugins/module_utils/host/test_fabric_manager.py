@@ -124,6 +124,15 @@ def test_a_fabric_manager_version_other_than_the_driver_s_is_refused_naming_both
         "name the same driver version, or leave nvidia_driver_fabric_manager_version empty. Nothing has been changed.")
 
 
+@pytest.mark.parametrize("setting", ["auto", "false"])
+def test_a_fabric_manager_version_apt_would_not_read_is_refused_even_where_it_is_off(setting):
+    """A newline ends the pin file's line: apt-cache policy then fails on the host ('No priority (or zero)
+    specified for pin')."""
+    with pytest.raises(PlanError, match=r"nvidia_driver_fabric_manager_version '535.247.01-1\\n' is not a package "
+                                        r"version: .* no whitespace or newline"):
+        plan("Debian", "Debian", setting, HGX_H100, [], "535.247.01-1", "535.247.01-1\n")
+
+
 def test_the_same_driver_version_in_another_packaging_is_accepted():
     assert plan("Ubuntu", "Debian", "auto", HGX_H100, [], "580.95.05-0ubuntu1", "580.95.05-0ubuntu0.24.04.1")["wanted"]
 
