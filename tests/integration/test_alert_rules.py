@@ -131,18 +131,75 @@ def test_promtool_accepts_the_rules_with_defaults_and_tuned_values(ansible, prom
     done = check_rules(promtool, tuned)
     assert done.returncode == 0 and "SUCCESS: 12 rules found" in done.stdout, done.stdout + done.stderr
     text = tuned.read_text()
-    assert "for: 90s" in text and "for: 1h" in text and '{job="gpu", cluster="a"}[30m]' in text
+    exprs = [rule["expr"] for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
+    assert "for: 90s" in text and "for: 1h" in text
+    assert any('{job="gpu", cluster="a"}[30m]' in expr for expr in exprs), exprs
     assert "https://wiki.example/gpu#gpulost" in text and "ScvAgentDown" not in text
 
 
-def test_a_bad_duration_is_refused_before_anything_is_written(ansible, tmp_path):
+def minimal_rules(path, duration):
+    """A rules file of one alert whose ``for`` is ``duration``, written as YAML serialises it."""
+    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
+        {"alert": "A", "expr": "up == 0", "for": duration}]}]}))
+    return path
+
+
+@pytest.mark.parametrize("duration", ["5 min", "5m1h", "1m1m", "300000y", "5m\n", "1.5h", ""])
+def test_a_duration_promtool_refuses_is_refused_before_anything_is_written(ansible, promtool, tmp_path, duration):
+    checked = check_rules(promtool, minimal_rules(tmp_path / "promtool.yml", duration))
+    assert checked.returncode != 0, checked.stdout        # Prometheus itself refuses it
     playbook = tmp_path / "bad.yml"
     playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "roles": [
-        {"role": "scv.gpu.gpu_alerts", "vars": {"gpu_alerts_target": "file", "gpu_alerts_throttling_for": "5 min",
+        {"role": "scv.gpu.gpu_alerts", "vars": {"gpu_alerts_target": "file", "gpu_alerts_throttling_for": duration,
                                                 "gpu_alerts_rules_file": str(tmp_path / "r.yml")}}]}]))
     done = ansible.playbook(str(playbook), None)
     assert done.returncode != 0 and not (tmp_path / "r.yml").exists()
-    assert "gpu_alerts_throttling_for: expected a Prometheus duration such as 30s, 5m or 1h, got '5 min'" in done.stdout
+    assert "gpu_alerts_throttling_for: %r is " % duration in done.stdout and "nothing was changed" in done.stdout, \
+        done.stdout
+
+
+def run_file_role(ansible, tmp_path, **variables):
+    playbook = tmp_path / "role.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "roles": [
+        {"role": "scv.gpu.gpu_alerts", "vars": dict(gpu_alerts_target="file", **variables)}]}]))
+    return ansible.playbook(str(playbook), None)
+
+
+def test_a_rules_path_that_is_a_directory_is_refused_and_nothing_is_written_in_it(ansible, tmp_path):
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    done = run_file_role(ansible, tmp_path, gpu_alerts_rules_file=str(folder) + "/")
+    assert done.returncode != 0 and list(folder.iterdir()) == [], done.stdout
+    assert "gpu_alerts_rules_file %s/ is a directory on localhost: name the rules file itself, such as " \
+           "%s/scv-gpu-alerts.yml" % (folder, folder) in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("promtool_path", ["missing", "not-executable"])
+def test_a_promtool_that_cannot_run_is_named_and_nothing_is_written(ansible, tmp_path, promtool_path):
+    path = tmp_path / promtool_path
+    if promtool_path == "not-executable":
+        path.write_text("#!/bin/sh\nexit 0\n")
+    done = run_file_role(ansible, tmp_path, gpu_alerts_rules_file=str(tmp_path / "r.yml"), gpu_alerts_promtool=str(path))
+    assert done.returncode != 0 and not (tmp_path / "r.yml").exists(), done.stdout
+    assert "gpu_alerts_promtool %s is not a program on localhost (missing, or not executable)" % path in done.stdout
+
+
+@pytest.mark.parametrize("duration", ["0", "90s", "1h30m", "1y2w3d4h5m6s7ms", "292y"])
+def test_a_duration_promtool_takes_is_taken(ansible, promtool, tmp_path, duration):
+    assert check_rules(promtool, minimal_rules(tmp_path / "promtool.yml", duration)).returncode == 0
+    rendered = render_rules(ansible, tmp_path, gpu_alerts_throttling_for=duration)
+    assert check_rules(promtool, rendered).returncode == 0
+
+
+@pytest.mark.parametrize("selector", ['job="a#b"', 'job="a: b"', 'job=~"a|b",\ncluster="c"', "job='x'"])
+def test_selectors_promql_takes_render_rules_promtool_takes(ansible, promtool, tmp_path, selector):
+    """Selectors holding what YAML reads specially (a comment's #, a mapping's ': ', a newline, quotes): the
+    rules file serialises each expression, so promtool reads the selector as written."""
+    rendered = render_rules(ansible, tmp_path, gpu_alerts_selector=selector)
+    done = check_rules(promtool, rendered)
+    assert done.returncode == 0 and "SUCCESS: 13 rules found" in done.stdout, done.stdout + done.stderr
+    exprs = [rule["expr"] for group in yaml.safe_load(rendered.read_text())["groups"] for rule in group["rules"]]
+    assert exprs[0] == "max by (instance, node, gpu, uuid) (scv_gpu_lost{%s}) > 0" % selector
 
 
 def record(name, access, agent_command, tmp_path, request):
