@@ -22,6 +22,15 @@ DEFAULT_STACK = "device-plugin"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Where the DRA kubelet plugin writes its CDI specifications (its CDI_ROOT).
 DRA_CDI_DIR = "/var/run/cdi"
+
+
+def names_dra_cdi_dir(dirs):
+    """Whether the folders ``dirs`` include the DRA driver's CDI folder, as /var/run/cdi or /run/cdi (/var/run is a
+    link to /run on every distribution the collection supports), a trailing slash aside."""
+    if not isinstance(dirs, (list, tuple)):
+        return False
+    spelt = {str(path).rstrip("/") for path in dirs}
+    return DRA_CDI_DIR in spelt or "/run/cdi" in spelt
 # The CRI plugin's runtime table, where enable_cdi and cdi_spec_dirs live, and whether CDI is on
 # when enable_cdi is not written (containerd 1.7: off; 2.x: on).
 _CRI_RUNTIME = {2: (("plugins", "io.containerd.grpc.v1.cri"), False),
@@ -140,7 +149,7 @@ def _cdi_problem(version, merged, deciders):
                 % (where, section))
     dirs = lookup(merged, table + ("cdi_spec_dirs",))
     dirs = _DEFAULT_SPEC_DIRS if dirs is None else dirs
-    if not isinstance(dirs, list) and not isinstance(dirs, tuple) or DRA_CDI_DIR not in dirs:
+    if not names_dra_cdi_dir(dirs):
         where, imported = deciders.where(table, "cdi_spec_dirs")
         return ("%s sets cdi_spec_dirs to %s, without %s where the DRA driver writes its CDI specifications; "
                 "add it%s" % (where, list(dirs) if isinstance(dirs, (list, tuple)) else dirs, DRA_CDI_DIR,
@@ -176,8 +185,8 @@ def label_problem(node, wanted):
                                                     wanted))
 
 
-# CRI-O: its configuration file, then every file of its drop-in folder in name order, each setting
-# the keys it names; the CDI folders it reads are crio.runtime's cdi_spec_dirs.
+# CRI-O: its configuration file, then its drop-ins in the order host.crio_dropins says, each setting the keys
+# it names; the CDI folders it reads are crio.runtime's cdi_spec_dirs.
 _CRIO_SPEC_DIRS = ("crio", "runtime", "cdi_spec_dirs")
 
 
@@ -185,7 +194,7 @@ def crio_cdi_problem(files):
     """Why CRI-O would not give containers the DRA driver's CDI devices, or None.
 
     ``files``: [{path, content, error}] in the order CRI-O reads them (its main file first, then its drop-ins in
-    name order); a file that does not exist is left out, one that cannot be read has ``error`` set. CRI-O
+    filepath.Walk's order, host.crio_dropins); a file that does not exist is left out, one that cannot be read has ``error`` set. CRI-O
     reads CDI specifications whatever its configuration; what may leave the DRA driver's out is
     ``cdi_spec_dirs`` in ``[crio.runtime]``, which the last file that sets it decides.
     """
@@ -205,7 +214,7 @@ def crio_cdi_problem(files):
     if decided is None:
         return None          # CRI-O's own default: /etc/cdi and /var/run/cdi
     path, dirs = decided
-    if isinstance(dirs, (list, tuple)) and DRA_CDI_DIR in dirs:
+    if names_dra_cdi_dir(dirs):
         return None
     shown = list(dirs) if isinstance(dirs, (list, tuple)) else dirs
     return ("%s sets cdi_spec_dirs ([crio.runtime]) to %s, without %s where the DRA driver writes its CDI "

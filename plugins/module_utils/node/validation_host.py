@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 
+from ansible_collections.scv.gpu.plugins.module_utils.host import crio_dropins
 from ansible_collections.scv.gpu.plugins.module_utils.host.dev_char import link_states
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import loaded_version
 from ansible_collections.scv.gpu.plugins.module_utils.host.toolkit_advisories import ToolkitVersionError, exposures
@@ -220,12 +221,9 @@ def _containerd(path):
 
 def _crio(path):
     """(default runtime, {runtime: binary}) of CRI-O's configuration file ``path`` and the drop-ins of ``path``.d,
-    read as CRI-O reads them: every file under it, recursively, in byte order of their paths."""
+    read as CRI-O reads them (host.crio_dropins)."""
     settings = _toml(path) if os.path.exists(path) else {}
-    drop_ins = []
-    for folder, _dirs, files in os.walk(path + ".d", followlinks=True):
-        drop_ins += [os.path.join(folder, name) for name in files]
-    for drop_in in sorted(drop_ins, key=os.fsencode):
+    for drop_in in crio_dropins.walk(path + ".d"):
         _merged(settings, _toml(drop_in))
     runtime = (settings.get("crio") or {}).get("runtime") or {}
     runtimes = {name: str((body or {}).get("runtime_path") or name)

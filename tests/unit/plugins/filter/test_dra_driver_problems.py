@@ -112,3 +112,5 @@ def test_crio_is_judged_on_its_main_file_and_drop_ins_the_last_that_sets_cdi_spe
     assert found.startswith("CDI in CRI-O cannot be checked: %s cannot be read (not UTF-8 text" % MAIN), found
     (found,) = judged(_read(MAIN, '[crio.runtime]\ncdi_spec_dirs = "/var/run/cdi"\n'))
     assert "sets cdi_spec_dirs ([crio.runtime]) to /var/run/cdi, without /var/run/cdi" in found, found
+    # /var/run is a link to /run: either spelling names the DRA driver's folder
+    assert judged(_read(MAIN, '[crio.runtime]\ncdi_spec_dirs = ["/etc/cdi", "/run/cdi/"]\n')) == []

@@ -61,6 +61,8 @@ def test_the_role_writes_the_label_only_where_no_stack_would_change(current, wan
      "sets cdi_spec_dirs to ['/etc/cdi'], without /var/run/cdi"),
     ('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n  cdi_spec_dirs = ["/var/run/cdi"]\n',
      None),
+    # /var/run is a link to /run
+    ('version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n  cdi_spec_dirs = ["/etc/cdi", "/run/cdi"]\n', None),
     ('version = "2"\n', 'CDI cannot be checked: %s has version = "2", a string' % PATH),
     ('version = [\n', "CDI cannot be checked: %s is not valid TOML" % PATH),
 ])
