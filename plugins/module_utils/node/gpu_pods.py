@@ -16,6 +16,7 @@ unless that data may go.
 from __future__ import annotations
 
 import fnmatch
+import re
 
 DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DEFAULT_DRIVERS = ("gpu.nvidia.com",)
@@ -46,14 +47,25 @@ def why_left(pod):
     return None
 
 
+_QUANTITY_NUMBER = re.compile(r"\s*[+-]?(\d+(?:\.\d*)?|\.\d+)")
+
+
+def _is_zero(quantity):
+    """Whether a resource quantity (1, "0", "0.0", "0k") is zero: such a request holds no device."""
+    found = _QUANTITY_NUMBER.match(str(quantity))
+    return found is not None and float(found.group(1)) == 0
+
+
 def gpu_resources(pod, patterns):
-    """The resources matching ``patterns`` (shell-style) that the pod's containers request or are limited to."""
+    """The resources matching ``patterns`` (shell-style) that the pod's containers request or are limited to, in a
+    quantity above zero (a limit of "0" holds no GPU)."""
     spec = pod.get("spec") or {}
     found = set()
     for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         resources = container.get("resources") or {}
         for amounts in (resources.get("requests") or {}, resources.get("limits") or {}):
-            found.update(name for name in amounts if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns))
+            found.update(name for name, amount in amounts.items()
+                         if not _is_zero(amount) and any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns))
     return sorted(found)
 
 

@@ -84,6 +84,11 @@ def holdings(subject, resources=DEFAULT_RESOURCES, drivers=DEFAULT_DRIVERS):
     (pod(containers=[container(), container(limits={"nvidia.com/gpu": "1"})]), ["requests nvidia.com/gpu"]),
     # an init container (a sidecar) holds it
     (pod(init=[container(limits={"nvidia.com/gpu": "1"})]), ["requests nvidia.com/gpu"]),
+    # a limit of zero, however spelt, holds no GPU: the pod is not a GPU pod and stays
+    (pod(containers=[container(limits={"nvidia.com/gpu": "0"}, requests={"nvidia.com/gpu": "0"})]), []),
+    (pod(containers=[container(limits={"nvidia.com/gpu": 0}), container(limits={"nvidia.com/gpu": "0.0"})]), []),
+    (pod(containers=[container(limits={"nvidia.com/gpu": "0"}), container(limits={"nvidia.com/gpu": "2"})]),
+     ["requests nvidia.com/gpu"]),
 ])
 def test_a_pod_holds_the_gpu_resources_its_containers_ask_for(subject, expected):
     assert holdings(subject) == expected
