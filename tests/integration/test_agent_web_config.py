@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import http.client
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -99,11 +100,19 @@ def test_sighup_reads_the_file_again_and_a_broken_one_keeps_the_last_that_worked
     os.kill(agent.process.pid, signal.SIGHUP)
     agent.wait_for(lambda: "no longer asks for TLS" in agent.log.read_text(), 30)
     assert get(agent, pki, "/metrics", "second")[0] == 200 and agent.process.poll() is None
+    # a hash whose cost bcrypt does not take once stopped the agent here with a traceback
+    write_web_config(web, pki, "second")
+    web.write_text(re.sub(r"\$2b\$\d\d\$", "$2b$99$", web.read_text()))
+    os.kill(agent.process.pid, signal.SIGHUP)
+    agent.wait_for(lambda: "the hash's cost is 99" in agent.log.read_text(), 30)
+    assert get(agent, pki, "/metrics", "second")[0] == 200 and agent.process.poll() is None
+    assert "Traceback" not in agent.log.read_text()
 
 
 @pytest.mark.parametrize("text, key", [
     ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file"),
     ("basic_auth_users:\n  prometheus: not-a-hash\n", "basic_auth_users.prometheus"),
+    ("basic_auth_users:\n  prometheus: '$2b$99$%s'\n" % ("a" * 53), "basic_auth_users.prometheus: the hash's cost"),
     ("tls_server_confg: {}\n", "tls_server_confg"),
 ])
 def test_a_bad_file_stops_the_agent_at_start_naming_the_key(agent_command, tmp_path, text, key):

@@ -52,6 +52,8 @@ UNSUPPORTED = {
 # A bcrypt hash that the bcrypt package checks: $2a$, $2b$, $2x$ or $2y$, a cost, 53 characters. (Go's
 # library, exporter-toolkit's, also reads the first version's $2$, which no current tool writes.)
 BCRYPT_HASH = re.compile(r"\$2[abxy]\$(\d\d)\$[./A-Za-z0-9]{53}\Z")
+# The costs bcrypt takes, as Go's golang.org/x/crypto/bcrypt (exporter-toolkit's) and the bcrypt package check them.
+BCRYPT_MIN_COST, BCRYPT_MAX_COST = 4, 31
 HASH_HOWTO = ("write a bcrypt hash of the password (htpasswd -nBC 10 '' | tr -d ':\\n', or python3 -c "
               "\"import bcrypt, getpass; print(bcrypt.hashpw(getpass.getpass().encode(), bcrypt.gensalt()).decode())\")")
 
@@ -210,6 +212,10 @@ def _users(path, section):
             _fail(path, key, "a user name is text without ':' (basic authentication splits user and password there)")
         if not isinstance(hashed, str) or not BCRYPT_HASH.match(hashed):
             _fail(path, key, "the value is not a bcrypt hash: %s" % HASH_HOWTO)
+        cost = int(BCRYPT_HASH.match(hashed).group(1))
+        if not BCRYPT_MIN_COST <= cost <= BCRYPT_MAX_COST:
+            _fail(path, key, "the hash's cost is %d, and bcrypt's costs go from %d to %d (no password can match it): "
+                             "%s" % (cost, BCRYPT_MIN_COST, BCRYPT_MAX_COST, HASH_HOWTO))
         users[user] = hashed.encode("ascii")
     return users
 

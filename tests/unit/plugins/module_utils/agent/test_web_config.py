@@ -104,6 +104,10 @@ REFUSALS = [
     ("basic_auth_users:\n  john: doe\n", "basic_auth_users.john: the value is not a bcrypt hash"),
     ("basic_auth_users:\n  john: 5\n", "basic_auth_users.john: the value is not a bcrypt hash"),
     ("basic_auth_users:\n  john: '$2$10$%s'\n" % ("a" * 53), "basic_auth_users.john: the value is not a bcrypt hash"),
+    # a cost bcrypt does not take: the agent stopped with a traceback at start, and on SIGHUP
+    ("basic_auth_users:\n  john: '$2b$99$%s'\n" % ("a" * 53), "basic_auth_users.john: the hash's cost is 99, and "
+                                                              "bcrypt's costs go from 4 to 31"),
+    ("basic_auth_users:\n  john: '$2b$03$%s'\n" % ("a" * 53), "basic_auth_users.john: the hash's cost is 3"),
     ("basic_auth_users:\n  'jo:hn': '%s'\n" % bcrypt_hash("x"), "basic_auth_users.jo:hn: a user name is text"),
     ("basic_auth_users:\n  '': '%s'\n" % bcrypt_hash("x"), "basic_auth_users.: a user name is text"),
     ("basic_auth_users:\n  5: '%s'\n" % bcrypt_hash("x"), "basic_auth_users.5: a user name is text"),
