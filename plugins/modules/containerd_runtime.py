@@ -140,6 +140,14 @@ def main():
         rc, base, err = module.run_command([containerd, "config", "default"])
         if rc != 0:
             module.fail_json(msg="containerd config default failed (%d): %s" % (rc, err), path=path)
+        try:
+            parse(base, "the output of `%s config default`" % containerd)
+        except ContainerdConfigError as error:
+            # not the user's file, which is missing or empty: the program that printed it
+            module.fail_json(msg="%s is missing or empty, and `%s config default` printed no containerd "
+                                 "configuration (%s): is %s containerd? Nothing was written"
+                                 % (path, containerd, str(error).split(": ", 1)[-1].split("; fix it")[0],
+                                    containerd), path=path)
     try:
         text, settings = add_runtime(base, path, module.params["runtime_path"], module.params["default_runtime"],
                                      module.params["enable_cdi"])

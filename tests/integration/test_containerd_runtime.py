@@ -82,6 +82,21 @@ def test_missing_file_starts_from_containerd_defaults(capsys, containerd, tmp_pa
     assert "runc" in runtimes
 
 
+def test_a_containerd_whose_default_is_not_toml_is_named_not_the_missing_file(capsys, tmp_path):
+    """A `containerd` that prints something else for `config default` (a wrapper, another program): the message
+    names it; the site's file, which does not exist, is not blamed."""
+    fake = tmp_path / "containerd"
+    fake.write_text("#!/bin/sh\necho 'containerd: unknown command \"config\" [oops'\n")
+    fake.chmod(0o755)
+    path = tmp_path / "etc" / "containerd" / "config.toml"
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(path), containerd=str(fake)))
+    assert code != 0 and not path.exists()
+    assert result["msg"].startswith("%s is missing or empty, and `%s config default` printed no containerd "
+                                    "configuration (" % (path, fake)), result["msg"]
+    assert result["msg"].endswith("is %s containerd? Nothing was written" % fake), result["msg"]
+    assert "fix it, the file was left untouched" not in result["msg"]
+
+
 def test_check_mode_and_diff_write_nothing(capsys, containerd, site_config):
     before = site_config.read_bytes()
     args = dict(path=str(site_config), containerd=str(containerd), _ansible_check_mode=True, _ansible_diff=True)
