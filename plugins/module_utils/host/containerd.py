@@ -347,6 +347,32 @@ def _overrides(config, version, path, settings, read):
     return found
 
 
+def _intended(config, settings):
+    """``config`` with ``settings`` ([(table, key, value)]) set, tables made where missing; ``config`` untouched."""
+    intended = copy.deepcopy(config)
+    for table, key, value in settings:
+        node = intended
+        for name in table:
+            node = node.setdefault(name, {})
+        node[key] = value
+    return intended
+
+
+def _first_difference(expected, found, at=()):
+    """The first key path (dotted) where ``found`` differs from ``expected``; None when they are the same."""
+    if isinstance(expected, dict) and isinstance(found, dict):
+        for key in sorted(set(expected) | set(found)):
+            if key not in expected or key not in found:
+                return ".".join(at + (key,))
+            differs = _first_difference(expected[key], found[key], at + (key,))
+            if differs is not None:
+                return differs
+        return None
+    if expected != found or type(expected) is not type(found):
+        return ".".join(at) or "the document"
+    return None
+
+
 def add_runtime(text, path, binary, default_runtime, enable_cdi=False, read=_read):
     """``(new_text, settings)``: the config with the nvidia runtime; ``text`` when nothing is missing.
 
@@ -375,10 +401,14 @@ def add_runtime(text, path, binary, default_runtime, enable_cdi=False, read=_rea
         raise ContainerdConfigError(
             "%s defines the CRI runtime tables in a form this module does not edit (inline tables or dotted "
             "keys); add the nvidia runtime by hand or write the tables out; nothing was written" % path)
-    unchanged = {key: value for key, value in config.items() if key != "plugins"}
-    if {key: value for key, value in result.items() if key != "plugins"} != unchanged:
-        raise ContainerdConfigError("%s: editing would change settings outside the CRI plugin; nothing was written"
-                                    % path)
+    # The whole document read back must be the old one plus exactly the keys this module owns: an edit that
+    # turned text into keys (a line of a multi-line string read as a table or a key) or lost one is refused.
+    differs = _first_difference(_intended(config, settings), result)
+    if differs is not None:
+        raise ContainerdConfigError(
+            "%s: editing would change %s, which this module does not own (read back, the file would not be the old "
+            "configuration plus the nvidia runtime's settings); add the nvidia runtime by hand; nothing was written"
+            % (path, differs))
     overridden = _overrides(result, version, path, settings, read)
     if overridden:
         details = "; ".join(

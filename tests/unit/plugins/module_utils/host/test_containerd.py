@@ -304,3 +304,38 @@ def test_a_multi_line_string_of_any_form_stays_one_value_and_the_runtime_is_adde
     nvidia["runtime_type"] = "io.containerd.runc.v2"
     nvidia.setdefault("options", {}).update({"BinaryName": NVIDIA, "SystemdCgroup": True})
     assert tomllib.loads(new) == before
+
+
+def test_an_edit_whose_read_back_is_not_the_old_document_plus_our_keys_is_refused(monkeypatch):
+    """Whatever way an edit goes wrong (a string's body read as a table or a key, a key lost), the whole
+    document read back must be the old one plus exactly the keys the module owns."""
+    from ansible_collections.scv.gpu.plugins.module_utils.host import containerd
+    text = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+            '  runtime_type = "io.containerd.runc.v2"\n'
+            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n')
+    honest = containerd.set_key
+
+    def careless(text, table, key, value):        # as a line read from a string's body would: runc gains a key
+        edited = honest(text, table, key, value)
+        return edited if "Root" in edited else edited.replace("  SystemdCgroup = true\n",
+                                                              "  SystemdCgroup = true\n  Root = \"/x\"\n", 1)
+    monkeypatch.setattr(containerd, "set_key", careless)
+    with pytest.raises(containerd.ContainerdConfigError,
+                       match=r"editing would change plugins\.io\.containerd\.grpc\.v1\.cri\.containerd\.runtimes\.runc"
+                             r"\.options\.Root, which this module does not own .*nothing was written"):
+        containerd.add_runtime(text, "/etc/containerd/config.toml", "/usr/bin/nvidia-container-runtime", False)
+
+    def lossy(text, table, key, value):            # or a key of the site's is lost
+        edited = honest(text, table, key, value)
+        return edited.replace("  SystemdCgroup = true\n", "", 1) if key == "SystemdCgroup" else edited
+    monkeypatch.setattr(containerd, "set_key", lossy)
+    with pytest.raises(containerd.ContainerdConfigError, match=r"runc\.options\.SystemdCgroup, which this module"):
+        containerd.add_runtime(text, "/etc/containerd/config.toml", "/usr/bin/nvidia-container-runtime", False)
+
+
+def test_first_difference_names_the_key_path():
+    from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import _first_difference
+    assert _first_difference({"a": {"b": 1}}, {"a": {"b": 1}}) is None
+    assert _first_difference({"a": {"b": 1}}, {"a": {"b": 2}}) == "a.b"
+    assert _first_difference({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}}) == "a.c"
+    assert _first_difference({"a": True}, {"a": 1}) == "a"
