@@ -260,3 +260,19 @@ def test_generated_configs_keep_every_value_as_containerd_reads_them(
                                systemd, default_runtime)
     assert tomllib.loads(new)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"] == \
         tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"]
+
+
+def test_crun_as_the_default_gives_the_nvidia_runtime_its_cgroup_driver_and_base_spec(capsys, containerd, tmp_path):
+    """Read back by Debian's containerd: with crun the default runtime, systemd cgroups and a base OCI spec on it,
+    the nvidia runtime runs with both too (runc's own options, unset here, were all it took before)."""
+    path = tmp_path / "config.toml"
+    path.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "crun"\n'
+                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]\n'
+                    '  runtime_type = "io.containerd.runc.v2"\n  base_runtime_spec = "/etc/containerd/base.json"\n'
+                    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun.options]\n'
+                    '  BinaryName = "/usr/bin/crun"\n  SystemdCgroup = true\n')
+    code, result = run_module(capsys, containerd_runtime, dict(path=str(path), containerd=str(containerd)))
+    assert code == 0 and result["changed"] is True, result
+    nvidia = cri(dump(containerd, path))["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"]["SystemdCgroup"] is True and nvidia["options"]["BinaryName"] == NVIDIA
+    assert nvidia["base_runtime_spec"] == "/etc/containerd/base.json"

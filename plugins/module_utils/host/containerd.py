@@ -235,17 +235,39 @@ def set_key(text, table, key, value):
     return "".join(lines)
 
 
+def donor_runtime(config, version):
+    """The runtime whose place the nvidia runtime takes, and whose node-wide settings it shares: the CRI default
+    runtime (``default_runtime_name``, runc when unset) where it is a runc-type runtime other than nvidia, else
+    runc."""
+    containerd = CRI_CONTAINERD[version]
+    default = lookup(config, containerd + ("default_runtime_name",)) or "runc"
+    body = lookup(config, containerd + ("runtimes", default))
+    if default != "nvidia" and isinstance(body, dict) and body.get("runtime_type", RUNTIME_TYPE) == RUNTIME_TYPE:
+        return default
+    return "runc"
+
+
 def desired_settings(config, version, binary, default_runtime, enable_cdi=False):
-    """[(table key path, key, value)] that put the nvidia runtime in ``config``."""
+    """[(table key path, key, value)] that put the nvidia runtime in ``config`` (the configuration containerd runs
+    with, imports merged in).
+
+    From the runtime it stands in for (donor_runtime) the nvidia runtime takes what a GPU pod must share with every
+    other pod of the node: the cgroup driver (``options.SystemdCgroup``, which must be the kubelet's) and the node's
+    base OCI spec (``base_runtime_spec``: rlimits and the like). Not its ``Root`` (runc's own state folder) nor
+    the annotations it passes (``pod_annotations``, ``container_annotations``), which belong to that runtime."""
     containerd = CRI_CONTAINERD[version]
     nvidia = containerd + ("runtimes", "nvidia")
     settings = [
         (nvidia, "runtime_type", RUNTIME_TYPE),
         (nvidia + ("options",), "BinaryName", binary),
     ]
-    systemd_cgroup = lookup(config, containerd + ("runtimes", "runc", "options", "SystemdCgroup"))
+    donor = containerd + ("runtimes", donor_runtime(config, version))
+    systemd_cgroup = lookup(config, donor + ("options", "SystemdCgroup"))
     if isinstance(systemd_cgroup, bool):
         settings.append((nvidia + ("options",), "SystemdCgroup", systemd_cgroup))
+    base_spec = lookup(config, donor + ("base_runtime_spec",))
+    if isinstance(base_spec, str) and base_spec:
+        settings.append((nvidia, "base_runtime_spec", base_spec))
     if default_runtime:
         settings.append((containerd, "default_runtime_name", "nvidia"))
     elif lookup(config, containerd + ("default_runtime_name",)) == "nvidia":
@@ -383,7 +405,9 @@ def add_runtime(text, path, binary, default_runtime, enable_cdi=False, read=_rea
     """
     config = parse(text, path)
     version = config_version(config, path)
-    settings = desired_settings(config, version, binary, default_runtime, enable_cdi)
+    # what the runtime takes from the others is read where containerd reads it: the imports merged in
+    running = effective_configs(config, version, path, read)["merge"][0] if config.get("imports") else config
+    settings = desired_settings(running, version, binary, default_runtime, enable_cdi)
     if config.get("imports") and not _overrides(config, version, path, settings, read):
         return text, settings          # the effective configuration already holds the runtime
     new_text = text

@@ -339,3 +339,35 @@ def test_first_difference_names_the_key_path():
     assert _first_difference({"a": {"b": 1}}, {"a": {"b": 2}}) == "a.b"
     assert _first_difference({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}}) == "a.c"
     assert _first_difference({"a": True}, {"a": 1}) == "a"
+
+
+V3_RUNTIMES = 'plugins."io.containerd.cri.v1.runtime".containerd.runtimes'
+
+
+def _nvidia_settings(settings):
+    return {key: value for table, key, value in settings if "nvidia" in table}
+
+
+def test_the_nvidia_runtime_shares_the_default_runtimes_cgroup_driver_and_base_spec():
+    """crun the default, with systemd cgroups and a base OCI spec: the nvidia runtime takes both, not runc's."""
+    from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
+    text = ('version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd]\n  default_runtime_name = "crun"\n'
+            '[%s.crun]\n  runtime_type = "io.containerd.runc.v2"\n  base_runtime_spec = "/etc/containerd/base.json"\n'
+            '[%s.crun.options]\n  BinaryName = "/usr/bin/crun"\n  SystemdCgroup = true\n  Root = "/run/crun"\n'
+            % (V3_RUNTIMES, V3_RUNTIMES))
+    new_text, settings = add_runtime(text, "/etc/containerd/config.toml", "/usr/bin/nvidia-container-runtime", False)
+    assert _nvidia_settings(settings) == {"runtime_type": "io.containerd.runc.v2",
+                                          "BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True,
+                                          "base_runtime_spec": "/etc/containerd/base.json"}
+    nvidia = tomllib.loads(new_text)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"]
+    assert "Root" not in nvidia["options"] and nvidia["base_runtime_spec"] == "/etc/containerd/base.json"
+
+
+def test_runcs_cgroup_driver_set_only_in_an_import_reaches_the_nvidia_runtime():
+    """Version 3: the main file imports a drop-in that sets runc's SystemdCgroup; containerd merges it in."""
+    from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
+    main = 'version = 3\nimports = ["/etc/containerd/conf.d/10-runc.toml"]\n'
+    imported = 'version = 3\n[%s.runc.options]\n  SystemdCgroup = true\n' % V3_RUNTIMES
+    _text, settings = add_runtime(main, "/etc/containerd/config.toml", "/usr/bin/nvidia-container-runtime", False,
+                                  read=lambda path: imported)
+    assert _nvidia_settings(settings)["SystemdCgroup"] is True
