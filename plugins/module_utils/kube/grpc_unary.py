@@ -25,7 +25,12 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x9
 WINDOW_UPDATE = 0x8
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-ENABLE_PUSH, INITIAL_WINDOW_SIZE = 0x2, 0x4
+ENABLE_PUSH, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE = 0x2, 0x4, 0x6
+# RFC 9113 section 10.5.1: what a client must bound, and advertises. A gRPC answer's headers and trailers are a few
+# hundred octets; these leave room for any server's and stop a flood within the first frames.
+MAX_HEADER_LIST = 16384       # octets of a decoded header list (names, values, 32 each), as SETTINGS says
+MAX_HEADER_BLOCK = 65536      # octets of one encoded header block, HEADERS and its CONTINUATIONs together
+MAX_CONTINUATIONS = 32        # CONTINUATION frames in one header block
 DEFAULT_WINDOW = 65535
 MAX_FRAME = 16384            # the largest frame a client takes unless it says otherwise (it does not)
 STREAM = 1
@@ -70,7 +75,8 @@ def request(authority, path, message, timeout, window):
         ("content-type", "application/grpc"), ("te", "trailers"),
         ("grpc-timeout", "%dm" % max(1, int(timeout * 1000))),
     ])
-    settings = struct.pack(">HI", ENABLE_PUSH, 0) + struct.pack(">HI", INITIAL_WINDOW_SIZE, window)
+    settings = (struct.pack(">HI", ENABLE_PUSH, 0) + struct.pack(">HI", INITIAL_WINDOW_SIZE, window)
+                + struct.pack(">HI", MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST))
     return (PREFACE + frame(SETTINGS, 0, 0, settings)
             + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", window - DEFAULT_WINDOW))
             + frame(HEADERS, END_HEADERS, STREAM, block)
@@ -82,9 +88,10 @@ class Reader:
     ``body``, ``ended``; ``replies`` holds what must be sent back (SETTINGS and PING acknowledgements)."""
 
     def __init__(self, max_body):
-        self.decoder, self.max_body = hpack_codec.Decoder(), max_body
+        self.decoder, self.max_body = hpack_codec.Decoder(max_header_list=MAX_HEADER_LIST), max_body
         self.buffer, self.body, self.headers, self.block = bytearray(), bytearray(), {}, bytearray()
         self.replies, self.ended, self.frames, self._ending = [], False, 0, False
+        self.continuations = 0
 
     def feed(self, data):
         self.buffer += data
@@ -117,8 +124,14 @@ class Reader:
                 payload = _unpadded(flags, payload)
                 self.block += payload[5:] if flags & PRIORITY else payload
                 self._ending = bool(flags & END_STREAM)    # the stream ends once its header block does
+                self.continuations = 0
             else:
+                self.continuations += 1
+                if self.continuations > MAX_CONTINUATIONS:
+                    raise ProtocolError("a header block in more than %d CONTINUATION frames" % MAX_CONTINUATIONS)
                 self.block += payload
+            if len(self.block) > MAX_HEADER_BLOCK:
+                raise ProtocolError("a header block over the %d octets this client takes" % MAX_HEADER_BLOCK)
             if flags & END_HEADERS:
                 try:
                     decoded = self.decoder.decode(bytes(self.block))
@@ -133,8 +146,12 @@ class Reader:
         elif kind == PING and not flags & ACK:
             self.replies.append(frame(PING, ACK, 0, bytes(payload)))
         elif kind == RST_STREAM and stream == STREAM:
-            raise StreamError(struct.unpack(">I", bytes(payload[:4]))[0])
+            if len(payload) != 4:
+                raise ProtocolError("an RST_STREAM frame of %d octets, not 4" % len(payload))
+            raise StreamError(struct.unpack(">I", bytes(payload))[0])
         elif kind == GOAWAY:
+            if len(payload) < 8:
+                raise ProtocolError("a GOAWAY frame of %d octets, fewer than 8" % len(payload))
             raise StreamError(struct.unpack(">I", bytes(payload[4:8]))[0], goaway=True)
 
 

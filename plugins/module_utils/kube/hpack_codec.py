@@ -58,8 +58,10 @@ def _decoding():
     return _DECODING
 
 
-def huffman_decode(data):
-    """The bytes Huffman-coded in ``data``: the padding must be fewer than 8 bits, all ones (section 5.2)."""
+def huffman_decode(data, limit=None):
+    """The bytes Huffman-coded in ``data``: the padding must be fewer than 8 bits, all ones (section 5.2).
+    Raises HpackError once the decoded bytes would pass ``limit`` (section 7.3: a decoder bounds what a string
+    may expand to), before decoding the rest."""
     table, out, code, length = _decoding(), bytearray(), 0, 0
     for byte in data:
         for shift in range(7, -1, -1):
@@ -70,6 +72,9 @@ def huffman_decode(data):
                     raise HpackError("a Huffman string holds the end-of-string code")
                 out.append(symbol)
                 code, length = 0, 0
+                if limit is not None and len(out) > limit:
+                    raise HpackError("a Huffman string that decodes past the %d octets a header list may hold"
+                                     % limit)
     # The code is complete: every 30 bits hold a symbol, so what is left is shorter and padding only.
     if length > 7 or code != (1 << length) - 1:
         raise HpackError("a Huffman string ends with padding that is not a prefix of the end-of-string code")
@@ -96,8 +101,8 @@ def _integer(data, pos, prefix):
             return value, pos
 
 
-def _string(data, pos):
-    """(bytes, position after them) of a string literal (section 5.2)."""
+def _string(data, pos, limit=None):
+    """(bytes, position after them) of a string literal (section 5.2); ``limit`` bounds its decoded length."""
     if pos >= len(data):
         raise HpackError("a header block ends before a string")
     huffman = data[pos] & 0x80
@@ -105,14 +110,17 @@ def _string(data, pos):
     if pos + length > len(data):
         raise HpackError("a header block ends inside a string")
     raw = bytes(data[pos:pos + length])
-    return (huffman_decode(raw) if huffman else raw), pos + length
+    return (huffman_decode(raw, limit) if huffman else raw), pos + length
 
 
 class Decoder:
     """Decodes the header blocks of one connection, in order: the dynamic table lives from block to block."""
 
-    def __init__(self, max_size=DEFAULT_TABLE_SIZE):
+    def __init__(self, max_size=DEFAULT_TABLE_SIZE, max_header_list=None):
         self.dynamic, self.size, self.max_size, self.limit = [], 0, max_size, max_size
+        # RFC 9113 section 6.5.2 and 10.5.1: the header list size the client takes (each field's name and value
+        # plus 32 octets), enforced while decoding, so a block of one-byte indexed fields cannot expand unbounded
+        self.max_header_list = max_header_list
 
     def _entry(self, index):
         if index == 0:
@@ -135,13 +143,21 @@ class Decoder:
             self.size -= len(name) + len(value) + 32
 
     def decode(self, block):
-        """[(name, value)] of a whole header block, as bytes."""
-        headers, pos = [], 0
+        """[(name, value)] of a whole header block, as bytes; HpackError once the list passes max_header_list."""
+        headers, pos, listed, bound = [], 0, 0, self.max_header_list
+
+        def counted(field):
+            nonlocal listed
+            listed += len(field[0]) + len(field[1]) + 32
+            if bound is not None and listed > bound:
+                raise HpackError("a header list over the %d octets this client takes" % bound)
+            return field
+
         while pos < len(block):
             first = block[pos]
             if first & 0x80:                                   # indexed
                 index, pos = _integer(block, pos, 7)
-                headers.append(self._entry(index))
+                headers.append(counted(self._entry(index)))
                 continue
             if first & 0xE0 == 0x20:                           # dynamic table size update
                 size, pos = _integer(block, pos, 5)
@@ -153,12 +169,13 @@ class Decoder:
             indexing = bool(first & 0x40)
             index, pos = _integer(block, pos, 6 if indexing else 4)
             name = self._entry(index)[0] if index else None
+            room = None if bound is None else bound - listed
             if name is None:
-                name, pos = _string(block, pos)
-            value, pos = _string(block, pos)
+                name, pos = _string(block, pos, room)
+            value, pos = _string(block, pos, room)
             if indexing:
                 self._add(name, value)
-            headers.append((name, value))
+            headers.append(counted((name, value)))
         return headers
 
 

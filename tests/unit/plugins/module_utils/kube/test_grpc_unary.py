@@ -74,6 +74,9 @@ def test_the_largest_frame_and_answer_it_takes():
     (settings() + frame(DATA, PADDED, 1, b""), h2.ProtocolError, "padding is longer than the frame"),
     (settings() + frame(DATA, 0, 1, b"x" * 11), h2.AnswerTooLarge, "an answer over 10 bytes"),
     (settings() + frame(HEADERS, END_HEADERS, 1, b"\x80"), h2.ProtocolError, "index 0"),
+    # short frames a peer may send: named, never a struct.error
+    (settings() + frame(RST_STREAM, 0, 1, b"\x00\x08"), h2.ProtocolError, "an RST_STREAM frame of 2 octets, not 4"),
+    (settings() + frame(GOAWAY, 0, 0, b"\x00\x00\x00\x01"), h2.ProtocolError, "a GOAWAY frame of 4 octets"),
 ])
 def test_what_is_not_an_answer_is_named(wire, error, says):
     with pytest.raises(error, match=re.escape(says)) as caught:
@@ -100,8 +103,10 @@ def test_the_request_opens_one_window_for_the_answer_and_is_encoded_once():
         pos += 9 + length
     assert [frame[:3] for frame in frames] == [(SETTINGS, 0, 0), (WINDOW_UPDATE, 0, 0), (HEADERS, END_HEADERS, 1),
                                                (DATA, END_STREAM, 1)]
-    # SETTINGS_ENABLE_PUSH (2) off, SETTINGS_INITIAL_WINDOW_SIZE (4); the connection's window widened to match
-    assert frames[0][3] == b"\x00\x02\x00\x00\x00\x00\x00\x04" + (1 << 24).to_bytes(4, "big")
+    # SETTINGS_ENABLE_PUSH (2) off, SETTINGS_INITIAL_WINDOW_SIZE (4), SETTINGS_MAX_HEADER_LIST_SIZE (6) as the
+    # client enforces it; the connection's window widened to match
+    assert frames[0][3] == (b"\x00\x02\x00\x00\x00\x00\x00\x04" + (1 << 24).to_bytes(4, "big")
+                            + b"\x00\x06" + h2.MAX_HEADER_LIST.to_bytes(4, "big"))
     assert int.from_bytes(frames[1][3], "big") == (1 << 24) - 65535
     assert Decoder().decode(frames[2][3]) == [
         (":method", "POST"), (":scheme", "http"), (":path", "/v1.PodResourcesLister/List"),
@@ -130,3 +135,33 @@ def test_a_peer_that_closes_before_the_answer_is_told_apart(sent, error, says):
     finally:
         ours.close()
         theirs.close()
+
+
+# RFC 9113 section 10.5.1 and RFC 7541 section 7.3: what a client must bound, each stopped within its bound.
+
+def test_a_flood_of_continuation_frames_stops_at_the_bound():
+    reader = h2.Reader(10)
+    flood = frame(HEADERS, 0, 1, b"\x88") + b"".join(frame(CONTINUATION, 0, 1, b"\x88" * 16384) for _ in range(64))
+    with pytest.raises(h2.ProtocolError, match="a header block over the 65536 octets"):
+        reader.feed(settings() + flood)
+    assert len(reader.block) <= h2.MAX_HEADER_BLOCK + 16384
+    empty = frame(HEADERS, 0, 1, b"\x88") + frame(CONTINUATION, 0, 1) * 1000
+    with pytest.raises(h2.ProtocolError, match="in more than 32 CONTINUATION frames"):
+        h2.Reader(10).feed(settings() + empty)
+
+
+def test_a_block_of_one_octet_indexed_fields_stops_at_the_header_list_bound():
+    """Each \\x88 (:status 200) is 1 octet coded and 42 listed: 16384 / 42 fields fit, one more does not."""
+    fits = 16384 // 42
+    reader = h2.Reader(10)
+    reader.feed(settings() + frame(HEADERS, END_HEADERS, 1, b"\x88" * fits))
+    with pytest.raises(h2.ProtocolError, match="a header list over the 16384 octets"):
+        h2.Reader(10).feed(settings() + frame(HEADERS, END_HEADERS, 1, b"\x88" * (fits + 1)))
+
+
+def test_a_huffman_value_that_would_expand_past_the_bound_stops_decoding_there():
+    encoder = Encoder()
+    block = encoder.encode([("x-big", "a" * 20000)])
+    assert len(block) < 16384          # one frame, coded shorter than the value
+    with pytest.raises(h2.ProtocolError, match="decodes past the"):
+        h2.Reader(10).feed(settings() + frame(HEADERS, END_HEADERS, 1, block))
