@@ -207,3 +207,113 @@ def test_a_mig_device_a_pod_holds_labels_its_gpu_instance(access, agent_command,
         agent.wait_for(lambda: holders() == want, 20)
     finally:
         agent.stop()
+
+
+# ------------------------------------------------------------------ a hostile peer on the socket
+
+def _frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+
+
+def _huffman_a(count):
+    """``count`` 'a's Huffman-coded (RFC 7541 appendix B: 'a' is 00011, 5 bits), padded with ones."""
+    bits = "00011" * count
+    bits += "1" * (-len(bits) % 8)
+    return int(bits, 2).to_bytes(len(bits) // 8, "big")
+
+
+def _floods():
+    settings = _frame(4, 0, 0)
+    # 48 KiB of one-octet indexed fields (:status 200, 42 octets each listed): within the block bound, over the list's
+    indexed = (_frame(1, 0, 1, b"\x88" * 16384) + _frame(9, 0, 1, b"\x88" * 16384)
+               + _frame(9, 4, 1, b"\x88" * 16384))
+    # one literal whose Huffman-coded value (12.5 KB) decodes to 20000 octets, over the header list's 16 KiB
+    coded = _huffman_a(20000)
+    length, more = len(coded) - 0x7F, bytearray()
+    while length >= 0x80:
+        more.append(length & 0x7F | 0x80)
+        length >>= 7
+    more.append(length)
+    huffman = _frame(1, 4, 1, b"\x00\x05x-big" + bytes((0x80 | 0x7F,)) + bytes(more) + coded)
+    return {
+        # CONTINUATION frames without end, as long as the client reads
+        "continuation": (settings + _frame(1, 0, 1, b"\x88"), _frame(9, 0, 1, b"\x88" * 16384)),
+        "indexed": (settings + indexed, b""),
+        "huffman": (settings + huffman, b""),
+        "short_rst_stream": (settings + _frame(3, 0, 1, b"\x00\x08"), b""),
+        "short_goaway": (settings + _frame(7, 0, 0, b"\x00\x00\x00\x01"), b""),
+    }
+
+
+class HostilePeer:
+    """A unix socket that answers every call with ``first`` and then ``again`` repeated while the client reads
+    (at most 512 MiB), as a broken or hostile kubelet might."""
+
+    def __init__(self, path, first, again):
+        self.path, self.first, self.again, self.calls = str(path), first, again, 0
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                peer, _addr = self.listener.accept()
+            except OSError:
+                return
+            self.calls += 1
+            try:
+                peer.settimeout(5)
+                peer.recv(65536)
+                peer.sendall(self.first)
+                sent = 0
+                while self.again and sent < 512 << 20:
+                    peer.sendall(self.again * 64)
+                    sent += len(self.again) * 64
+            except OSError:
+                pass
+            finally:
+                peer.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def _rss_kib(pid):
+    for line in open("/proc/%d/status" % pid, encoding="ascii"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize("flood", sorted(_floods()))
+def test_a_peer_that_floods_the_socket_is_cut_off_within_bounds(access, agent_command, node, tmp_path, generated,
+                                                                flood):
+    """RFC 9113 10.5.1 and RFC 7541 7.3: the agent bounds the header list, the header block, CONTINUATION frames and
+    Huffman output, and names a short frame; under each it keeps its memory, answers /healthz, ticks on, drops the
+    pod labels of the last good answer within an interval, and logs no traceback."""
+    uuids = scenario_uuids("titan_xp")
+    socket_path = tmp_path / "kubelet.sock"
+    agent = AgentProcess(agent_command, access, node, tmp_path, scenario="titan_xp",
+                         extra=("--pod-resources-socket", str(socket_path), "--pod-resources-interval", "1"))
+    try:
+        with StandInKubelet(generated, socket_path) as kubelet:
+            kubelet.pods = [pod("render", "gfx", ("blender", [(GPU, [uuids[0]])]))]
+            agent.wait_for(lambda: pods_on_gpus(agent)[0] == [("render", "gfx", "blender")], 20)
+        before = _rss_kib(agent.process.pid)
+        first, again = _floods()[flood]
+        peer = HostilePeer(socket_path, first, again)
+        try:
+            ticks = agent.metrics()["scv_agent_ticks_total"]
+            agent.wait_for(lambda: pods_on_gpus(agent)[0] == [("", "", "")], 5)       # one interval and the 2 s bound
+            agent.wait_for(lambda: peer.calls >= 3, 15)
+            assert _rss_kib(agent.process.pid) - before < 10 * 1024, (before, _rss_kib(agent.process.pid))
+            assert agent.healthz()[0] == 200
+            assert agent.metrics()["scv_agent_ticks_total"] > ticks
+        finally:
+            peer.close()
+        log = agent.log.read_text()
+        assert "pod labels left off GPU series" in log and "Traceback" not in log, log[-3000:]
+    finally:
+        agent.stop()
