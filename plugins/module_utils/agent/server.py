@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import collections
 import json
+import select
 import selectors
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -132,16 +134,35 @@ class BoundedServer(ThreadingHTTPServer):
             self.slots.release()
 
     def finish_request(self, request, client_address):
+        if isinstance(request, ssl.SSLSocket):
+            # back from the waiting room after its handshake: its request has begun to arrive
+            try:
+                super().finish_request(request, client_address)
+            finally:
+                request.close()
+            return
         web = self.web          # a connection keeps the configuration it began with
         if web is None or web.tls is None:
             super().finish_request(request, client_address)
             return
         secured = accept_tls(request, client_address, web.tls, IDLE_S, self.handshakes)
-        if secured is not None:
-            try:
-                super().finish_request(secured, client_address)
-            finally:
-                secured.close()
+        if secured is None:
+            return
+        if not secured.pending() and not _readable(secured):
+            # Handshaken, and nothing asked yet: the connection waits without a slot, as before its handshake, so
+            # that connections sitting idle after their handshake cannot keep a scrape waiting.
+            self.room.add(secured, client_address)
+            return
+        try:
+            super().finish_request(secured, client_address)
+        finally:
+            secured.close()
+
+
+def _readable(sock):
+    """Whether ``sock`` has bytes to read now (without waiting)."""
+    ready, _write, _error = select.select([sock], [], [], 0)
+    return bool(ready)
 
 
 class BoundedServer6(BoundedServer):

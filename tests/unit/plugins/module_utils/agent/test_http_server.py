@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 import urllib.request
@@ -78,3 +79,43 @@ def test_a_request_that_begins_takes_a_slot_and_ends_with_its_answer(serving):
         connection.close()
     assert serving.slots.acquire(timeout=5)                      # every slot given back
     serving.slots.release()
+
+
+@pytest.fixture
+def serving_tls(tmp_path):
+    """The server with TLS on, from a web configuration file as the agent loads it."""
+    from ansible_collections.scv.gpu.plugins.module_utils.agent.web_config import load
+    from harness.tls_certs import TestPki
+    pki = TestPki(tmp_path / "pki")
+    web = tmp_path / "web.yml"
+    web.write_text("tls_server_config:\n  cert_file: %s\n  key_file: %s\n" % pki.server)
+    bound = server.BoundedServer(("127.0.0.1", 0), Answer, load(str(web)))
+    threading.Thread(target=bound.serve_forever, args=(0.1,), daemon=True).start()
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.check_hostname = False
+    yield bound, client
+    bound.shutdown()
+    bound.server_close()
+
+
+def test_connections_idle_after_their_handshake_wait_without_a_slot_and_never_delay_a_scrape(serving_tls):
+    """Each of 20 clients finishes its TLS handshake, then asks nothing: they go back to the waiting room, so a
+    scrape beside them is answered at once (each held one of the 8 slots until its 10 s timeout before)."""
+    bound, client = serving_tls
+    idle = []
+    try:
+        for _connection in range(20):
+            raw = socket.create_connection(bound.server_address, timeout=5)
+            idle.append(client.wrap_socket(raw))          # the handshake completes here
+        wait_until(lambda: bound.room.waiting() == 20, 5, "the handshaken connections in the waiting room")
+        started = time.monotonic()
+        with client.wrap_socket(socket.create_connection(bound.server_address, timeout=5)) as scrape:
+            scrape.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert scrape.recv(4096).startswith(b"HTTP/1.0 200")
+        assert time.monotonic() - started < 1
+        # an idle one that asks later is served in its turn
+        idle[0].sendall(b"GET / HTTP/1.0\r\n\r\n")
+        assert idle[0].recv(4096).startswith(b"HTTP/1.0 200")
+    finally:
+        for connection in idle:
+            connection.close()
