@@ -6,6 +6,7 @@ one on PATH. Only `containerd config dump` and `config default` run: no daemon i
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tomllib
 
@@ -276,3 +277,25 @@ def test_crun_as_the_default_gives_the_nvidia_runtime_its_cgroup_driver_and_base
     nvidia = cri(dump(containerd, path))["containerd"]["runtimes"]["nvidia"]
     assert nvidia["options"]["SystemdCgroup"] is True and nvidia["options"]["BinaryName"] == NVIDIA
     assert nvidia["base_runtime_spec"] == "/etc/containerd/base.json"
+
+
+def test_nvidia_ctks_drop_in_keeps_the_settings_but_freezes_them(containerd, tmp_path):
+    """Why this module edits the main file (docs/containerd.md): NVIDIA's own nvidia-ctk, run as its docs say on a
+    containerd 1.x file with imports, copies the whole CRI section into its drop-in. containerd then runs with that
+    copy, so nothing is lost at first, but a later edit of the main file's CRI settings no longer takes effect."""
+    from harness.nvidia_toolkit import toolkit
+    main = tmp_path / "config.toml"
+    text = subprocess.run([str(containerd), "config", "default"], capture_output=True, text=True, check=True).stdout
+    text = text.replace("SystemdCgroup = false", "SystemdCgroup = true", 1)
+    text = re.sub(r'sandbox_image = ".*"', 'sandbox_image = "registry.example.com/pause:3.9"', text, count=1)
+    main.write_text('imports = ["%s/conf.d/*.toml"]\n' % tmp_path + text.replace("imports = []\n", ""))
+    done = subprocess.run([str(toolkit() / "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
+                           "--config=%s" % main, "--drop-in-config=%s/conf.d/99-nvidia.toml" % tmp_path],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    cri_of = cri(dump(containerd, main))
+    assert cri_of["sandbox_image"] == "registry.example.com/pause:3.9"             # kept: the drop-in copied it
+    assert cri_of["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+    assert "nvidia" in cri_of["containerd"]["runtimes"]
+    main.write_text(main.read_text().replace("pause:3.9", "pause:3.10"))
+    assert cri(dump(containerd, main))["sandbox_image"] == "registry.example.com/pause:3.9"   # the edit is lost
