@@ -5,9 +5,10 @@
 """containerd's config.toml: the nvidia runtime added in place, every other line kept.
 
 This file is private to the collection (see docs/architecture.md). containerd 1.x
-replaces a whole plugin section with an imported file's (docs/containerd.md), so
-the runtime cannot be a drop-in there: the main file is edited as text, key by
-key, and the result is checked with a TOML parser before anything is written.
+replaces a whole plugin section with an imported file's (docs/containerd.md), so a
+drop-in must carry a copy of the whole CRI section, which later edits of the main
+file no longer reach: the main file is edited as text instead, key by key, and the
+whole result is read back with a TOML parser before anything is written.
 """
 
 from __future__ import annotations
