@@ -114,3 +114,15 @@ def promtool_test(promtool, test_file):
     done = subprocess.run([str(promtool), "test", "rules", str(test_file)], capture_output=True, text=True,
                           check=False, timeout=300)
     return done.returncode == 0, done.stdout + done.stderr
+
+
+def render_rules(ansible, directory, **variables):
+    """The rules file the gpu_alerts role writes (gpu_alerts_target file), with ``variables`` over the defaults."""
+    path = directory / "scv-gpu-alerts.yml"
+    playbook = directory / "render.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "roles": [
+        {"role": "scv.gpu.gpu_alerts", "vars": dict(gpu_alerts_target="file", gpu_alerts_rules_file=str(path),
+                                                    **variables)}]}]))
+    done = ansible.playbook(str(playbook), None)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return path

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from harness.agent import AgentProcess, change_scenario, node_for
-from harness.alert_recording import JOB, Recording, expand, promtool_test
+from harness.alert_recording import JOB, Recording, expand, promtool_test, render_rules
 from harness.common import free_port
 from harness.prometheus import Prometheus
 
@@ -94,18 +94,6 @@ SEEN = {
     "throttling": ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "7", 0x80),
     "fabric": ("DCGM_FI_DEV_FABRIC_MANAGER_STATUS", "0", 1),
 }
-
-
-def render_rules(ansible, directory, **variables):
-    """The rules file the role writes (gpu_alerts_target file), with ``variables`` over the defaults."""
-    path = directory / "scv-gpu-alerts.yml"
-    playbook = directory / "render.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "roles": [
-        {"role": "scv.gpu.gpu_alerts", "vars": dict(gpu_alerts_target="file", gpu_alerts_rules_file=str(path),
-                                                    **variables)}]}]))
-    done = ansible.playbook(str(playbook), None)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import subprocess
 import pytest
 import yaml
 
+from harness.alert_recording import render_rules
 from harness.ansible import recap
 from harness.common import wait_until
 from harness.paths import ROOT
-from test_alert_rules import render_rules
 
 CRD = "prometheusrules.monitoring.coreos.com"
 

@@ -109,3 +109,31 @@ def test_the_size_check_can_fail(tmp_path):
     main = tmp_path / "main.py"
     main.write_text("def main():\n" + "    x = 1\n" * 90)
     assert oversized(main, main_allowed=True) == [] and oversized(main) == ["function main: 91 lines"]
+
+
+def test_the_map_names_every_module_utils_file_in_its_packages_paragraph():
+    """docs/architecture.md has a paragraph per package; each file of the package is named there in backticks."""
+    import re
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    paragraphs = {found.group(1): found.group(2) for found in re.finditer(
+        r"\*\*`(\w+)`\*\* \(layer \d\)\.(.*?)(?=\n\*\*`|\n## )", doc, re.S)}
+    missing = []
+    for package in sorted(path for path in (ROOT / "plugins" / "module_utils").iterdir()
+                          if path.is_dir() and not path.name.startswith("__")):
+        text = paragraphs.get(package.name, "")
+        missing += ["%s/%s" % (package.name, module.stem) for module in sorted(package.glob("*.py"))
+                    if module.stem != "__init__" and "`%s`" % module.stem not in text]
+    assert not missing, "docs/architecture.md does not name: %s" % ", ".join(missing)
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/harness; a test module imported by another runs its module-level code
+    twice and ties the two together."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += ["%s imports %s" % (path.relative_to(ROOT), name) for name in names
+                      if name.split(".")[-1].startswith("test_")]
+    assert not found, found

@@ -5,42 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, families
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
+from harness.agent_samples import CARDS, reference
 
 
-class SnapshotCollector:
-    """prometheus_client's view of the same series families: the reference the exposition is held to."""
-
-    def __init__(self, snapshot):
-        self.snapshot = snapshot
-
-    def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        for name, kind, text, names, rows in families(self.snapshot()):
-            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, text, labels=names)
-            for values, value in rows:
-                family.add_metric(list(values), value)
-            yield family
-
-
-def reference(snapshot):
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
-    return generate_latest(registry)
-
-
-def card(index, **extra):
-    found = {"id": index, "uuid": "GPU-%d" % index, "pciBusId": "00000000:%02X:00.0" % index,
-             "model": "NVIDIA H100 80GB HBM3", "health": "Healthy", "usedMemory": 1024 * index,
-             "freeMemory": 80000, "temperature": 40 + index, "gpuUtilization": 10 * index, "powerUsage": 101.5}
-    found.update(extra)
-    return found
-
-
-CARDS = [card(0), card(1, model='a "quoted"\\odd\nname', health="Unhealthy"), card(2, temperature=None)]
 
 
 @pytest.mark.parametrize("pods, shares, served", [

@@ -21,7 +21,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttri
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import decode_list_response
 
 from harness.paths import ROOT
-from test_exposition import CARDS, reference
+from harness.agent_samples import CARDS, INSTANCES, MIG, WHOLE, pb, reference
 
 
 def load(argv=(), environ=None, path=None):
@@ -135,10 +135,9 @@ def test_gpus_are_found_by_the_ids_their_type_names_and_mig_devices_either_way(i
 def test_gkes_vgpu_suffix_is_a_replica_and_the_kubelets_answer_keeps_device_names_of_this_node():
     assert device_replicas([_held("a", "nvidia1/vgpu2", "nvidia1/vgpu0"), _held("b", "nvidia0/gi1/vgpu3")]) == {
         "nvidia1": {("a", "ns", "c"): {"2", "0"}}, "nvidia0/gi1": {("b", "ns", "c"): {"3"}}}
-    from test_pods import _pb
 
-    device = _pb(1, "nvidia.com/gpu") + b"".join(_pb(2, d) for d in ("nvidia0/vgpu1", "nvidia7/gi1", "nvidia0::2"))
-    answer = _pb(1, _pb(1, "p") + _pb(2, "ns") + _pb(3, _pb(1, "c") + _pb(2, device)))
+    device = pb(1, "nvidia.com/gpu") + b"".join(pb(2, d) for d in ("nvidia0/vgpu1", "nvidia7/gi1", "nvidia0::2"))
+    answer = pb(1, pb(1, "p") + pb(2, "ns") + pb(3, pb(1, "c") + pb(2, device)))
     assert decode_list_response(answer, keep=frozenset({b"nvidia0"}))[0]["device_ids"] == [
         "nvidia0/vgpu1", "nvidia0::2"]
 
@@ -200,7 +199,6 @@ def test_held_series_carry_the_pods_uid_and_labels_and_the_whole_gpu_none(extra)
 
 
 def test_a_pod_holding_a_gpu_instance_has_its_uid_and_labels_on_that_instances_series():
-    from test_mig_series import INSTANCES, MIG, WHOLE
 
     snapshot = {"node": "n", "facts": {"cardList": [WHOLE, MIG], "driver_version": "580"}, "last_xids": {},
                 "counters": {}, "served": None, "pods": {0: [("whole", "ns", "c")]}, "shares": {},

@@ -5,15 +5,8 @@ neither the GPU's PCIe traffic nor its last XID."""
 from __future__ import annotations
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import INSTANCE_LABELS, families
+from harness.agent_samples import INSTANCES, MIG, WHOLE
 
-WHOLE = {"id": 0, "uuid": "GPU-0", "pciBusId": "00000000:18:00.0", "model": "NVIDIA H100 80GB HBM3",
-         "temperature": 41, "usedMemory": 100, "freeMemory": 80000, "gpuUtilization": 7, "pcieTxMiBPerSecond": 2.0,
-         "health": "Healthy"}
-# MIG on: no utilization (NVML has none), GPM's PCIe traffic as it would be were the GPU sampled whole
-MIG = {"id": 1, "uuid": "GPU-1", "pciBusId": "00000000:2A:00.0", "model": "NVIDIA H100 80GB HBM3",
-       "temperature": 50, "usedMemory": 26, "freeMemory": 50000, "pcieTxMiBPerSecond": 3.0, "health": "Healthy"}
-INSTANCES = {1: [{"id": 1, "profile": "3g.40gb", "usedMemory": 13, "freeMemory": 40435, "tensorUtilization": 35.0},
-                 {"id": 5, "profile": "1g.10gb", "usedMemory": 13, "freeMemory": 9971}]}
 
 
 def _series(pods=None, instance_pods=None, last_xids=None):

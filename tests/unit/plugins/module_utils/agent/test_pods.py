@@ -10,6 +10,7 @@ import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution, device_holders
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import PodResourcesError, decode_list_response
+from harness.agent_samples import pb
 
 
 def held(pod, container, resource, *ids, namespace="ns"):
@@ -78,22 +79,12 @@ def test_mig_devices_that_cannot_be_listed_are_said_once_and_asked_for_again(cap
                                      b"nvidia2"})
 
 
-def _pb(number, payload):
-    """One length-delimited protobuf field (what the kubelet's answer is made of)."""
-    payload = payload.encode() if isinstance(payload, str) else payload
-    length, encoded = len(payload), b""
-    while True:
-        encoded += bytes([(length & 0x7F) | (0x80 if length > 0x7F else 0)])
-        length >>= 7
-        if not length:
-            break
-    return bytes([number << 3 | 2]) + encoded + payload
 
 
 def test_devices_of_no_gpu_here_are_left_out_as_the_answer_is_decoded():
     foreign = ["MIG-%05d" % number for number in range(10000)]
-    device = _pb(1, "nvidia.com/mig-1g.10gb") + b"".join(_pb(2, uuid) for uuid in foreign + ["MIG-x::3"])
-    message = _pb(1, _pb(1, "busy") + _pb(2, "ns") + _pb(3, _pb(1, "c") + _pb(2, device)))
+    device = pb(1, "nvidia.com/mig-1g.10gb") + b"".join(pb(2, uuid) for uuid in foreign + ["MIG-x::3"])
+    message = pb(1, pb(1, "busy") + pb(2, "ns") + pb(3, pb(1, "c") + pb(2, device)))
     assert decode_list_response(message)[0]["device_ids"][-2:] == ["MIG-09999", "MIG-x::3"]
     assert decode_list_response(message, keep=frozenset({b"MIG-x", b"GPU-0"})) == [
         held("busy", "c", "nvidia.com/mig-1g.10gb", "MIG-x::3")]
@@ -102,7 +93,7 @@ def test_devices_of_no_gpu_here_are_left_out_as_the_answer_is_decoded():
 def test_the_same_answer_for_other_local_devices_is_decoded_again(monkeypatch):
     from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources
 
-    message = _pb(1, _pb(1, "p") + _pb(2, "ns") + _pb(3, _pb(1, "c") + _pb(2, _pb(1, "nvidia.com/gpu") + _pb(2, "GPU-1"))))
+    message = pb(1, pb(1, "p") + pb(2, "ns") + pb(3, pb(1, "c") + pb(2, pb(1, "nvidia.com/gpu") + pb(2, "GPU-1"))))
     monkeypatch.setattr(podresources, "call", lambda *_args: message)
     lister = podresources.PodResourcesLister()
     assert lister("/x", 1, frozenset({b"GPU-0"})) == [held("p", "c", "nvidia.com/gpu")]

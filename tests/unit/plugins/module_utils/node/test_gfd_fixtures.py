@@ -9,13 +9,11 @@ but for the documented differences below.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.gpu_info import GATHER_SUBSETS
-from ansible_collections.scv.gpu.plugins.module_utils.host.pci import nvidia_gpus
 from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import (
     PluginRefusal,
     device_plugin_resources,
@@ -25,14 +23,12 @@ from ansible_collections.scv.gpu.plugins.module_utils.node.device_plugin import 
 from ansible_collections.scv.gpu.plugins.module_utils.node.labels import desired_labels, label_problem
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.collect import collect
 
-from harness import pci_sysfs
-from harness.paths import ROOT, scenario_path
+from harness.gfd_labels import ONLY_OURS, our_labels
+from harness.paths import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gfd"
 # The GFD label of the machine's DMI type, not of its GPUs: node_labels leaves it out.
 NOT_OURS = re.compile(r"^nvidia\.com/gpu\.machine$")
-# Ours alone: gpu.present (the GPU Operator's selector) and the site's own key.
-ONLY_OURS = {"nvidia.com/gpu.present", "gpu/nvidia"}
 # Where GFD picks one model of several at random (its per-model labels come from a Go map).
 PER_MODEL = {"nvidia.com/gpu." + name for name in ("product", "count", "memory", "family", "compute.major",
                                                    "compute.minor", "replicas", "sharing-strategy")}
@@ -53,14 +49,6 @@ def test_every_scenario_has_a_fixture_per_strategy():
     assert sorted(path.stem for path in FIXTURE_FILES) == sorted(wanted)
     assert all("gpu-feature-discovery built from NVIDIA/k8s-device-plugin " in path.read_text()
                for path in FIXTURE_FILES)
-
-
-def our_labels(nvml_simulator, tmp_path, scenario, strategy):
-    nvml_simulator.use(scenario)
-    fact = collect(list(GATHER_SUBSETS))
-    pci_sysfs.build(json.loads(scenario_path(scenario).read_text()), str(tmp_path))
-    fact["pci_gpus"] = nvidia_gpus(str(tmp_path))
-    return desired_labels(fact, "gpu/nvidia", strategy), fact
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda path: path.stem)

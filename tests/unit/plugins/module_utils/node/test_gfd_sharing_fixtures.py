@@ -23,10 +23,9 @@ from ansible_collections.scv.gpu.plugins.module_utils.node.labels import (
 )
 from ansible_collections.scv.gpu.plugins.module_utils.node.sharing import one_config_problems
 
+from harness.gfd_labels import ONLY_OURS, our_labels
 from harness.paths import ROOT
 from harness.real_kubelet import one_replica_each
-
-from test_gfd_fixtures import ONLY_OURS, our_labels
 
 GFD = ROOT / "tests" / "fixtures" / "gfd" / "sharing"
 PLUGIN = ROOT / "tests" / "fixtures" / "device-plugin" / "sharing"
