@@ -177,7 +177,7 @@ def reading(control_plane, kubelet, tmp_path, request):
     import threading
 
     from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import PodMetadata
-    from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution
+    from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import PodAttribution
     from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
 
     node = "reader-" + request.node.name.replace("_", "-")[5:30].strip("-")

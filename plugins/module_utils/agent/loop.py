@@ -76,7 +76,7 @@ class Agent:
         self.session = session
         self.default_interval_ms = default_interval_ms
         self.readings = Readings(session, xid_policy or XidPolicy(), metrics)
-        self.pods = pods               # an agent.pods.PodAttribution, or None: no pod labels
+        self.pods = pods               # an agent.pod_attribution.PodAttribution, or None: no pod labels
         self.pod_metadata = None       # an agent.pod_metadata.PodMetadata (with pods), or None: no pod UID or labels
         self.dcgm_series = None        # the DCGM series a counters file chose (None: every one served)
         self.xid_policy = self.readings.xid_policy

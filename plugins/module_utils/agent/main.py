@@ -18,7 +18,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent import config as con
 from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import PodMetadata
-from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import PodAttribution
 from ansible_collections.scv.gpu.plugins.module_utils.agent.shares import PodShares
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
 from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve

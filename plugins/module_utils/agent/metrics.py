@@ -231,7 +231,7 @@ def _units(snapshot, cards, driver, mig):
     # the pod's UID and own labels (agent.pod_metadata): (names, {(pod, namespace): values}), after the pod labels
     extra, extras = snapshot.get("pod_extra") or ((), {})
     blank = [""] * len(extra)
-    claim_names, claims = snapshot.get("dra") or ((), {})   # the DRA claim labels (agent.dra), after vgpu
+    claim_names, claims = snapshot.get("dra") or ((), {})   # the DRA claim labels (agent.dra_claims), after vgpu
     unclaimed = [""] * len(claim_names)
     units = []
     for card in cards:

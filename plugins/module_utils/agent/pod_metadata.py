@@ -29,7 +29,7 @@ import re
 import threading
 import time
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent import dra
+from ansible_collections.scv.gpu.plugins.module_utils.agent import dra_claims as dra
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import (
     DCGM_LABELS,
     DRIVER_VERSION,
@@ -91,7 +91,7 @@ def node_pods(client, node, patterns=None):
 
 
 class PodMetadata(threading.Thread):
-    """Keeps the UID and allowed labels of the pods holding GPUs (``pods``, an ``agent.pods.PodAttribution``)."""
+    """Keeps the UID and allowed labels of the pods holding GPUs (``pods``, an ``agent.pod_attribution.PodAttribution``)."""
 
     def __init__(self, client, node, pods, stopping, uid=True, labels=False, patterns=(),
                  logs_dir=DEFAULT_POD_LOGS_DIR, refresh_s=REFRESH_S, clock=time.monotonic):

@@ -33,7 +33,7 @@ class Readings:
         self.session = session
         self.xid_policy = xid_policy
         self.metrics = metrics
-        self.pods = None           # an agent.pods.PodAttribution: its MIG devices are resolved here
+        self.pods = None           # an agent.pod_attribution.PodAttribution: its MIG devices are resolved here
         self.shares = None         # an agent.shares.PodShares: shared GPUs' processes are read at scrapes
         self.seconds = 0.0         # spent reading NVML, ticks and scrapes
         self.scrape_reads = 0

@@ -6,7 +6,7 @@
 
 Under GPU sharing (NVIDIA's device plugin handing out replicas ``<uuid>::<n>`` for time-slicing or
 MPS) most of a GPU's readings have no owner: every pod holding it is shown the GPU's whole value
-(``agent.pods``). Memory and utilization can be told per process, so, as dcgm-exporter does with
+(``agent.pod_attribution``). Memory and utilization can be told per process, so, as dcgm-exporter does with
 ``--kubernetes-virtual-gpus``, ``DCGM_FI_DEV_FB_USED`` and ``DCGM_FI_DEV_GPU_UTIL`` of a shared GPU
 get one series for the whole GPU (no pod labels) and one per holding container with its pod's own
 figure, labelled ``pod_uid`` and ``vgpu`` as well.
@@ -70,7 +70,7 @@ class PodShares:
     """Reads, at a scrape, what each pod holding a shared GPU uses of it (``last``: {card id: see ``read``})."""
 
     def __init__(self, pods, logs_dir=DEFAULT_POD_LOGS_DIR, proc="/proc"):
-        self.pods = pods                  # the agent.pods.PodAttribution that says who holds each GPU
+        self.pods = pods                  # the agent.pod_attribution.PodAttribution that says who holds each GPU
         self.names = PodNames(logs_dir)
         self.proc = proc
         self.use = ProcessUse()

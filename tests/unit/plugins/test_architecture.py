@@ -137,3 +137,12 @@ def test_no_test_module_imports_another():
             found += ["%s imports %s" % (path.relative_to(ROOT), name) for name in names
                       if name.split(".")[-1].startswith("test_")]
     assert not found, found
+
+
+def test_no_two_module_utils_files_share_a_basename():
+    """A basename names one file: 'pods' in a log, a traceback or the map leaves no doubt which."""
+    seen = {}
+    for path in sorted((ROOT / "plugins" / "module_utils").rglob("*.py")):
+        if path.stem != "__init__":
+            seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

@@ -17,7 +17,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import 
     compile_patterns,
     label_name,
 )
-from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution, device_replicas
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import PodAttribution, device_replicas
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import decode_list_response
 
 from harness.paths import ROOT

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
-from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import device_holders, device_replicas
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import device_holders, device_replicas
 from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Readings
 from ansible_collections.scv.gpu.plugins.module_utils.agent.shares import PodShares, pod_figures
 from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent import dra
+from ansible_collections.scv.gpu.plugins.module_utils.agent import dra_claims as dra
 
 from harness.common import replace_json
 from harness.paths import ROOT

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution, device_holders
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import PodAttribution, device_holders
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import PodResourcesError, decode_list_response
 from harness.agent_samples import pb
 
@@ -105,7 +105,7 @@ def test_the_same_answer_again_is_not_worked_through_again_even_after_a_failure(
     """PodResourcesLister answers UNCHANGED when the kubelet's bytes are those it read last: the holders are
     kept as they are. A failed read clears the pods; the same answer
     after it brings back the holders worked out from it before, without decoding it again."""
-    from ansible_collections.scv.gpu.plugins.module_utils.agent import pods as module
+    from ansible_collections.scv.gpu.plugins.module_utils.agent import pod_attribution as module
     from ansible_collections.scv.gpu.plugins.module_utils.kube import podresources
 
     messages = [b"\x0a\x02\x0a\x00", b"\x0a\x02\x0a\x00", PodResourcesError("gone"), b"\x0a\x02\x0a\x00"]

@@ -20,7 +20,7 @@ memory and utilization are split per pod by ``agent.shares``. With ``id_type`` d
 either way.
 
 Pods that got a GPU or a MIG device through a Dynamic Resource Allocation claim of NVIDIA's DRA driver are named
-the same way, with the claim's labels besides (see ``agent.dra``).
+the same way, with the claim's labels besides (see ``agent.dra_claims``).
 
 Only this node's devices are kept: the thread that reads NVML tells (``learn``) which IDs those are,
 its GPUs and their MIG devices, and the answer is decoded for those alone. A kubelet naming thousands
@@ -33,7 +33,7 @@ import logging
 import re
 import threading
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent import dra
+from ansible_collections.scv.gpu.plugins.module_utils.agent import dra_claims as dra
 from ansible_collections.scv.gpu.plugins.module_utils.kube.podresources import (
     UNCHANGED,
     PodResourcesError,

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent import dra
+from ansible_collections.scv.gpu.plugins.module_utils.agent import dra_claims as dra
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import families
-from ansible_collections.scv.gpu.plugins.module_utils.agent.pods import PodAttribution
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import PodAttribution
 
 DRIVER = "gpu.nvidia.com"
 CARDS = [{"id": 0, "uuid": "GPU-0"}, {"id": 1, "uuid": "GPU-1"}]
