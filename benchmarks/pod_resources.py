@@ -29,7 +29,6 @@ from harness.paths import COLLECTIONS, ROOT
 # Run in a fresh interpreter: the RSS a client adds with 20 calls; wall time per call.
 PROBE = r"""
 import json, sys, time
-sys.path[:0] = sys.argv[3:]
 
 def rss_kib():
     with open("/proc/self/status") as status:
@@ -82,8 +81,10 @@ def pins(*names):
 def measure(python, client, socket_path, paths, runs):
     results = []
     for _run in range(runs):
-        done = subprocess.run([str(python), "-c", PROBE, client, socket_path] + paths, capture_output=True,
-                              text=True, check=True, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        # the probe finds the collection and the generated code through PYTHONPATH, as any program does
+        done = subprocess.run([str(python), "-c", PROBE, client, socket_path], capture_output=True, text=True,
+                              check=True, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                                                   PYTHONPATH=os.pathsep.join(str(path) for path in paths)))
         results.append(json.loads(done.stdout))
     return {key: statistics.median(result[key] for result in results) for key in results[0]}
 

@@ -146,3 +146,10 @@ def test_no_two_module_utils_files_share_a_basename():
         if path.stem != "__init__":
             seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_no_benchmark_edits_sys_path():
+    """Benchmarks find the collection and the harness as the tests do, through PYTHONPATH (the Makefile's)."""
+    editing = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "benchmarks").glob("*.py"))
+               if "sys.path" in path.read_text()]
+    assert not editing, editing
