@@ -132,14 +132,6 @@ def test_playbook_without_driver_says_why(ansible):
     assert _table(done.stdout) == ["No GPUs readable: " + expected.DRIVER_NOT_LOADED["nvml_error"]]
 
 
-@pytest.mark.every_ansible_line
-def test_module_documentation_loads(ansible):
-    done = subprocess.run([str(ansible.venv / "bin" / "ansible-doc"), "-t", "module", "scv.gpu.gpu_facts"],
-                          env=ansible.env(), capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "gather_subset" in done.stdout and "nvidia_gpu" in done.stdout
-
-
 def test_an_unreadable_pci_function_is_listed_with_a_warning(ansible, tmp_path):
     from harness.pci_sysfs import add_function
 

@@ -301,16 +301,6 @@ def test_conflict_is_retried(scv_crd, monkeypatch):
     assert read_object(plane, "scv", name)["status"]["cardList"][0]["freeMemory"] == 1
 
 
-@pytest.mark.every_ansible_line
-def test_module_documentation_loads(ansible):
-    import subprocess
-
-    done = subprocess.run([str(ansible.venv / "bin" / "ansible-doc"), "-t", "module", "scv.gpu.scv"],
-                          env=ansible.env(), capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "update_interval" in done.stdout and "kubeconfig" in done.stdout
-
-
 def test_role_installs_access_rules_and_nodes_write_only_their_own(ansible, scv_crd, tmp_path):
     """Two node identities against the real API server, after the scv_publish role ran."""
     plane = scv_crd
