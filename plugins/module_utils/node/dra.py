@@ -31,6 +31,8 @@ def names_dra_cdi_dir(dirs):
         return False
     spelt = {str(path).rstrip("/") for path in dirs}
     return DRA_CDI_DIR in spelt or "/run/cdi" in spelt
+
+
 # The CRI plugin's runtime table, where enable_cdi and cdi_spec_dirs live, and whether CDI is on
 # when enable_cdi is not written (containerd 1.7: off; 2.x: on).
 _CRI_RUNTIME = {2: (("plugins", "io.containerd.grpc.v1.cri"), False),

@@ -9,8 +9,6 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import expos
 from harness.agent_samples import CARDS, reference
 
 
-
-
 @pytest.mark.parametrize("pods, shares, served", [
     (None, {}, None),                                            # no pod attribution
     ({0: [("", "", "")], 1: [("a", "ml", "c"), ("b", "ml", "c")], 2: [("x", "ns", "main")]},   # GPU 1 shared

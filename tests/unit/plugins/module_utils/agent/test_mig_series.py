@@ -8,7 +8,6 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import INSTA
 from harness.agent_samples import INSTANCES, MIG, WHOLE
 
 
-
 def _series(pods=None, instance_pods=None, last_xids=None):
     snapshot = {"node": "n", "facts": {"cardList": [WHOLE, MIG], "driver_version": "580"},
                 "last_xids": last_xids or {}, "counters": {}, "served": None, "pods": pods, "shares": {},

@@ -79,8 +79,6 @@ def test_mig_devices_that_cannot_be_listed_are_said_once_and_asked_for_again(cap
                                      b"nvidia2"})
 
 
-
-
 def test_devices_of_no_gpu_here_are_left_out_as_the_answer_is_decoded():
     foreign = ["MIG-%05d" % number for number in range(10000)]
     device = pb(1, "nvidia.com/mig-1g.10gb") + b"".join(pb(2, uuid) for uuid in foreign + ["MIG-x::3"])

@@ -141,7 +141,7 @@ def test_a_peer_that_closes_before_the_answer_is_told_apart(sent, error, says):
 
 def test_a_flood_of_continuation_frames_stops_at_the_bound():
     reader = h2.Reader(10)
-    flood = frame(HEADERS, 0, 1, b"\x88") + b"".join(frame(CONTINUATION, 0, 1, b"\x88" * 16384) for _ in range(64))
+    flood = frame(HEADERS, 0, 1, b"\x88") + b"".join(frame(CONTINUATION, 0, 1, b"\x88" * 16384) for _frame_number in range(64))
     with pytest.raises(h2.ProtocolError, match="a header block over the 65536 octets"):
         reader.feed(settings() + flood)
     assert len(reader.block) <= h2.MAX_HEADER_BLOCK + 16384
