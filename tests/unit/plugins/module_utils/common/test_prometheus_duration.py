@@ -33,3 +33,11 @@ def test_the_range_ends_where_a_signed_64_bit_count_of_nanoseconds_does():
 
 def test_not_text():
     assert "is not a Prometheus duration" in duration_problem(5)
+
+
+@pytest.mark.parametrize("inside, outside", [("292y", "293y"), ("15250w", "15251w"),
+                                             ("292y171d23h47m16s854ms", "292y171d23h47m16s855ms")])
+def test_the_range_in_years_and_weeks_as_prometheus_counts_them(inside, outside):
+    """A year is 365 days and a week 7, as model.ParseDuration counts them; the range ends between these."""
+    assert duration_problem(inside) is None
+    assert "out of" in duration_problem(outside)
