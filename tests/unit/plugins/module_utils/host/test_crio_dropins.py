@@ -38,3 +38,12 @@ def test_finds_listing_is_put_in_the_same_order():
               {"path": root + "/a/z.conf", "isdir": False}, {"path": root + "/B.conf", "isdir": False}]
     assert ordered(root, listed) == [root + "/B.conf", root + "/a/z.conf", root + "/a.conf"]
     assert walk_key(root, root + "/a/z.conf") == (b"a", b"z.conf")
+
+
+def test_a_drop_in_folder_that_is_a_link_is_read_as_one_file(tmp_path):
+    """filepath.Walk does not follow its root either: CRI-O reads a linked drop-in folder as a file (and fails)."""
+    real = tmp_path / "real.d"
+    real.mkdir()
+    (real / "10.conf").write_text("")
+    (tmp_path / "crio.conf.d").symlink_to(real)
+    assert walk(str(tmp_path / "crio.conf.d")) == [str(tmp_path / "crio.conf.d")]
