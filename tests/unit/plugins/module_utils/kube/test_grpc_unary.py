@@ -165,3 +165,41 @@ def test_a_huffman_value_that_would_expand_past_the_bound_stops_decoding_there()
     assert len(block) < 16384          # one frame, coded shorter than the value
     with pytest.raises(h2.ProtocolError, match="decodes past the"):
         h2.Reader(10).feed(settings() + frame(HEADERS, END_HEADERS, 1, block))
+
+
+def test_the_bounds_take_what_is_exactly_at_them():
+    """Each bound is the most a peer may send: exactly that is taken, one more is not."""
+    def block_in(continuations, octets=1):
+        return frame(HEADERS, 0, 1, b"\x88" * octets) + frame(CONTINUATION, 0, 1) * (continuations - 1) + \
+            frame(CONTINUATION, END_HEADERS, 1, b"\x88")
+    h2.Reader(10).feed(settings() + block_in(32))
+    with pytest.raises(h2.ProtocolError, match="in more than 32 CONTINUATION frames"):
+        h2.Reader(10).feed(settings() + block_in(33))
+    # 65536 octets of header block: 16383 + 3 * 16384 + 1, as HEADERS and CONTINUATIONs; each field 42 listed,
+    # so the list bound is raised for this one reader
+    exact = (frame(HEADERS, 0, 1, b"\x88" * 16383) + frame(CONTINUATION, 0, 1, b"\x88" * 16384) * 3
+             + frame(CONTINUATION, END_HEADERS, 1, b"\x88"))
+    reader = h2.Reader(10)
+    reader.decoder.max_header_list = None
+    reader.feed(settings() + exact)
+    assert reader.headers[":status"] == "200"
+    with pytest.raises(h2.ProtocolError, match="a header block over the 65536 octets"):
+        h2.Reader(10).feed(settings() + exact[:-10] + frame(CONTINUATION, END_HEADERS, 1, b"\x88\x88"))
+    # a GOAWAY of exactly 8 octets is one
+    with pytest.raises(h2.StreamError, match="HTTP/2 error 2"):
+        h2.Reader(10).feed(settings() + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 2)))
+    with pytest.raises(h2.ProtocolError, match="a GOAWAY frame of 7 octets"):
+        h2.Reader(10).feed(settings() + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 2)[:7]))
+
+
+def test_a_header_list_of_exactly_the_bound_is_taken():
+    """A Huffman value decoding to exactly the room left is taken; the list's fields count 32 octets each too."""
+    encoder = Encoder()
+    # one field: name (5) + value + 32 = 16384
+    block = encoder.encode([("x-big", "a" * (16384 - 5 - 32))])
+    reader = h2.Reader(10)
+    reader.feed(settings() + frame(HEADERS, END_HEADERS, 1, block))
+    assert len(reader.headers["x-big"]) == 16384 - 37
+    with pytest.raises(h2.ProtocolError, match="over the 16384 octets"):
+        h2.Reader(10).feed(settings() + frame(HEADERS, END_HEADERS, 1,
+                                              Encoder().encode([("x-big", "a" * (16384 - 5 - 31))])))
