@@ -371,3 +371,24 @@ def test_runcs_cgroup_driver_set_only_in_an_import_reaches_the_nvidia_runtime():
     _text, settings = add_runtime(main, "/etc/containerd/config.toml", "/usr/bin/nvidia-container-runtime", False,
                                   read=lambda path: imported)
     assert _nvidia_settings(settings)["SystemdCgroup"] is True
+
+
+def test_where_nvidia_is_already_the_default_it_takes_runcs_settings_again_not_its_own():
+    """A rerun: nvidia is the default with a stale SystemdCgroup of its own; runc's (true) is the one to share. An
+    empty base_runtime_spec is none."""
+    from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import add_runtime
+    text = ('version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd]\n  default_runtime_name = "nvidia"\n'
+            '[%s.runc]\n  runtime_type = "io.containerd.runc.v2"\n  base_runtime_spec = ""\n'
+            '[%s.runc.options]\n  SystemdCgroup = true\n'
+            '[%s.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n'
+            '[%s.nvidia.options]\n  BinaryName = "/usr/bin/nvidia-container-runtime"\n  SystemdCgroup = false\n'
+            % ((V3_RUNTIMES,) * 4))
+    _text, settings = add_runtime(text, "/etc/containerd/config.toml", "/usr/bin/nvidia-container-runtime", True)
+    assert _nvidia_settings(settings)["SystemdCgroup"] is True
+    assert "base_runtime_spec" not in _nvidia_settings(settings)
+
+
+def test_first_difference_between_a_table_and_a_value():
+    from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import _first_difference
+    assert _first_difference({"a": {"b": 1}}, {"a": 1}) == "a"
+    assert _first_difference({"a": 1}, {"a": {"b": 1}}) == "a"
