@@ -161,9 +161,10 @@ def test_a_pod_the_kubelet_refused_has_ended_with_its_reason():
 class FakeApi:
     """What validation_run asks the API server, answered from a script: the holder pod's phase over time."""
 
-    def __init__(self, phases, labels=None, shared_running=None, offered=None, placed=True):
+    def __init__(self, phases, labels=None, shared_running=None, offered=None, placed=True, workload_exit=0):
         self.phases, self.made, self.deleted = list(phases), [], []
         self.labels, self.shared_running, self.placed = dict(labels or {}), shared_running, placed
+        self.workload_exit = workload_exit
         if offered is None:      # what a plugin sharing as the labels say offers
             offered = int(self.labels.get("nvidia.com/gpu.count", "8")) * int(
                 self.labels.get("nvidia.com/gpu.replicas", "1"))
@@ -197,8 +198,10 @@ class FakeApi:
                                                                        "nvidia.com/gpu."}]}}
         if not name.endswith("-metrics"):
             container = name.endswith("-workload") and ["workload", "no-request"] or ["probe"]
+            code = self.workload_exit if name.endswith("-workload") else 0
             return {"spec": {"nodeName": "gpu-a"},
-                    "status": {"containerStatuses": [{"name": each, "state": {"terminated": {"exitCode": 0}}}
+                    "status": {"phase": "Failed" if code else "Succeeded",
+                               "containerStatuses": [{"name": each, "state": {"terminated": {"exitCode": code}}}
                                                      for each in container]}}
         phase = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
         return {"status": {"phase": phase}}
@@ -333,3 +336,13 @@ def test_when_the_workload_gets_no_gpu_the_checks_holding_one_are_not_tried(plac
     # a node sharing nothing still says so
     found = _run(FakeApi(["Running"], placed=False), lambda: EXPOSITION)[0]
     assert found["sharing"][0] == SKIPPED and found["metrics"][0] == FAILED
+
+
+def test_a_workload_that_ran_and_failed_still_leaves_the_checks_holding_a_gpu_to_run():
+    """Its pod got its GPU (its containers ran): sharing and metrics are tried as ever."""
+    api = FakeApi(["Running"], {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.count": "8"}, shared_running=9,
+                  workload_exit=1)
+    found = _run(api, lambda: EXPOSITION.replace("scv-validate-1-metrics", [
+        made for made in api.made if made.endswith("-metrics")][0]) if api.made else EXPOSITION)[0]
+    assert found["workload"][0] == FAILED and "exited 1" in found["workload"][1]
+    assert found["sharing"] == ("passed", "") and not found["metrics"][1].startswith("not tried"), found
