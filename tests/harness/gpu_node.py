@@ -32,7 +32,7 @@ from harness.controller_manager import ControllerManager
 from harness.crio import CriO
 from harness.dra_plugin import DRIVER, DraPlugin
 from harness.gpu_images import DEVICE_PLUGIN_IMAGE, GPUS_IMAGE, container_log, gpu_images
-from harness.nvidia_toolkit import DriverRoot, host_config, seen, toolkit, toolkit_tasks_play
+from harness.nvidia_toolkit import CONTROL_NODES, DriverRoot, host_config, seen, toolkit, toolkit_tasks_play
 from harness.paths import scenario_path
 from harness.real_kubelet import Containerd, Kubelet, running_node
 from harness.scheduler import Scheduler
@@ -179,6 +179,16 @@ class GpuNode:
     def views(self, manifest):
         """{container: (device nodes, NVML's UUIDs)} that ``manifest``'s containers see."""
         return {container: seen(lines) for container, lines in self.run_pod(manifest).items()}
+
+    def only_gpu(self, view):
+        """The minor of the one GPU a container's ``view`` (views' value) holds: asserts that it sees exactly one
+        GPU's device node beside the control nodes, and NVML names that GPU alone."""
+        devices, uuids = view
+        gpus = sorted(device for device in devices if device not in CONTROL_NODES)
+        assert len(gpus) == 1 and devices == set(gpus) | CONTROL_NODES, view
+        minor = int(gpus[0][len("nvidia"):])
+        assert uuids == [self.root.uuids[minor]], view
+        return minor
 
 
 class _Running:
