@@ -160,9 +160,10 @@ class BoundedServer(ThreadingHTTPServer):
 
 
 def _readable(sock):
-    """Whether ``sock`` has bytes to read now (without waiting)."""
-    ready, _write, _error = select.select([sock], [], [], 0)
-    return bool(ready)
+    """Whether ``sock`` has bytes to read now (without waiting); poll, as select takes no descriptor past 1023."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class BoundedServer6(BoundedServer):
