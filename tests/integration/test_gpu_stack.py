@@ -117,7 +117,8 @@ def test_check_mode_reports_the_switch_and_changes_nothing(ansible, control_plan
         assert re.search(r"TASK \[scv.gpu.dra_driver : %s[^\n]*\nchanged: " % re.escape(task), checked.stdout), task
 
 
-def test_a_node_that_never_offers_stays_cordoned_and_a_rerun_finishes_the_move(ansible, control_plane, host):
+def test_a_node_that_never_offers_or_still_offers_the_old_way_stays_cordoned_and_a_rerun_finishes_the_move(
+        ansible, control_plane, host):
     plane = control_plane
     node = "stack-late-%s" % suffix(ansible)
     put_node(plane, node, dict(GPU_NODE), gpus=4)
@@ -130,7 +131,16 @@ def test_a_node_that_never_offers_stays_cordoned_and_a_rerun_finishes_the_move(a
     stuck = node_object(plane, node)
     assert stuck["spec"]["unschedulable"] is True and stuck["metadata"]["annotations"][MARK] == "scv.gpu.gpu_stack"
 
+    # The DRA plugin publishes, but the device plugin still offers the GPUs: both stacks would hand them out.
     publish_slice(plane, node)
+    both = switch(ansible, plane, host, node, "dra", dra_driver_offer_timeout=4)
+    assert both.returncode != 0
+    output = " ".join(both.stdout.split())
+    assert "Node %s still offers its GPUs through the device plugin stack after 4 s (allocatable nvidia.com/gpu 4), " \
+           "so both stacks would hand out the same GPUs. It stays cordoned" % node in output, output
+    assert node_object(plane, node)["spec"]["unschedulable"] is True
+
+    publish_status(plane, node, {"allocatable": {"nvidia.com/gpu": "0"}})
     resumed = switch(ansible, plane, host, node, "dra")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     after = node_object(plane, node)
