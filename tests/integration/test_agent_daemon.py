@@ -237,28 +237,6 @@ def test_a_metrics_port_in_use_ends_the_agent_at_once_naming_it_and_publishing_n
     assert agent.scv() is None                   # it stopped before its first tick: nothing published
 
 
-def test_an_agent_serving_metrics_without_prometheus_client_ends_at_start_naming_it(
-        access, agent_command, node, tmp_path):
-    """The exposition library is imported at start-up, not at the first scrape: a venv that lacks it is
-    told at once, before anything is published, instead of at the first scrape."""
-    from harness.agent import agent_python
-    from harness.paths import AGENT_ROLE, AGENT_WHEELS
-
-    packages = [pin for pin in (line.split("#")[0].strip() for line in (AGENT_ROLE / "files" / "requirements.txt").read_text().splitlines()) if pin]
-    venv = tmp_path / "venv"
-    subprocess.run([agent_python(), "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", "--no-index",
-                    "--find-links", str(AGENT_WHEELS)] + [name for name in packages if "prometheus" not in name],
-                   check=True)
-    access.kubectl("delete", "scv", node, "--ignore-not-found")
-    agent = AgentProcess([str(venv / "bin" / "python")] + agent_command[1:], access, node, tmp_path)
-    assert agent.process.wait(timeout=30) == 2
-    log = agent.log.read_text()
-    assert "cannot serve metrics on 127.0.0.1:%d: No module named 'prometheus_client'" % agent.port in log, log
-    assert "Traceback" not in log
-    assert agent.scv() is None
-
-
 def test_sigterm_ends_a_publishing_agent_within_5_s(access, agent_command, node, tmp_path):
     agent = AgentProcess(agent_command, access, node, tmp_path, scenario="h100_sxm_x8")
     try:

@@ -187,9 +187,5 @@ def main(argv=None):
         except OSError as error:
             LOG.error("cannot serve metrics on %s: %s", config["metrics-address"], error.strerror)
             return 2
-        except ImportError as error:
-            LOG.error("cannot serve metrics on %s: %s (the agent's package carries prometheus_client; reinstall "
-                      "it, or leave --metrics-address empty)", config["metrics-address"], error)
-            return 2
     agent.run(watchdog_s=notify.watchdog_s)
     return 0

@@ -7,10 +7,13 @@
 Dashboards built for NVIDIA's dcgm-exporter query ``DCGM_FI_DEV_*`` series with the labels
 ``gpu``, ``UUID``, ``device``, ``modelName`` and ``hostname``. The agent serves the same series
 from NVML, so those dashboards work on nodes without DCGM. Beside them it serves its own
-``scv_gpu_*`` gauges and ``scv_agent_*`` counters. The exposition is prometheus_client's.
+``scv_gpu_*`` gauges and ``scv_agent_*`` counters. The text exposition format (0.0.4) is written here,
+with the standard library only.
 """
 
 from __future__ import annotations
+
+import math
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import COUNTERS
 
@@ -321,14 +324,24 @@ def alert_families(snapshot, cards):
                "node's Scv status or found it current.", (), [((), snapshot["published_at"])])
 
 
-def load():
-    """Imports prometheus_client now: an agent that serves metrics calls it at start-up.
-
-    The import costs about 45 ms of CPU, once. Left to the first scrape, it would make that scrape
-    15 to 30 times dearer than the next ones, and a missing library would show only when Prometheus
-    first asks; ImportError says so at start-up instead.
-    """
-    import prometheus_client.core  # noqa: F401  pylint: disable=unused-import
+def sample_text(value):
+    """A sample value as Prometheus's text format writes it: ``NaN``, ``+Inf``, ``-Inf``, else the shortest text
+    that reads back as the same float. As Go's client (dcgm-exporter's) does, a number of 10**6 or more in size
+    is written with an exponent (``1.234567e+06``) where Python would write its digits out; below that, Python's
+    own shortest text (``42.0``, ``0.25``, ``1e-05``)."""
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    text = repr(number)
+    sign, digits = ("-", text[1:]) if text.startswith("-") else ("", text)
+    whole, _point, fraction = digits.partition(".")
+    if "e" in digits or len(whole) <= 6:
+        return text
+    significant = (whole + fraction).rstrip("0")
+    mantissa = significant[0] + ("." + significant[1:] if len(significant) > 1 else "")
+    return "%s%se+%02d" % (sign, mantissa, len(whole) - 1)
 
 
 def _escaped(value):
@@ -336,13 +349,11 @@ def _escaped(value):
 
 
 def exposition(snapshot):
-    """The Prometheus text (format 0.0.4) of what ``snapshot()`` (a function) returns, byte for byte what
-    prometheus_client's ``generate_latest`` writes for the same :func:`families` (a unit test holds it to
-    that). The label text of each set of label values is made once per scrape, not once per series: with pod
+    """The Prometheus text (format 0.0.4) of what ``snapshot()`` (a function) returns: byte for byte what
+    prometheus_client's ``generate_latest`` writes for the same :func:`families` (a unit test holds it to that;
+    :func:`sample_text` differs only on negative numbers of 10**6 or more in size). The label text of each set of label values is made once per scrape, not once per series: with pod
     attribution a shared GPU's every series is served once per pod, and most of a scrape went into writing the
     same labels again."""
-    from prometheus_client.utils import floatToGoString
-
     lines, label_texts = [], {}
     for name, kind, text, names, rows in families(snapshot()):
         shown = name + "_total" if kind == "counter" else name
@@ -355,5 +366,5 @@ def exposition(snapshot):
             if label_text is None:
                 label_text = label_texts[key] = "{%s}" % ",".join(
                     '%s="%s"' % (names[position], _escaped(values[position])) for position in order) if names else ""
-            lines.append("%s%s %s\n" % (shown, label_text, floatToGoString(value)))
+            lines.append("%s%s %s\n" % (shown, label_text, sample_text(value)))
     return "".join(lines).encode("utf-8")

@@ -17,7 +17,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, load
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
 from ansible_collections.scv.gpu.plugins.module_utils.agent.web_config import WebConfig
 from ansible_collections.scv.gpu.plugins.module_utils.agent.web_access import Authenticator, HandshakeLog, accept_tls
 
@@ -176,9 +176,8 @@ def serve(agent, host, port, web=None):
     """Serves ``agent``'s metrics and health on ``host:port`` in a daemon thread, as the web_config.WebConfig
     ``web`` says (None: plain HTTP to anyone); returns the server.
 
-    OSError when the address cannot be bound; ImportError when prometheus_client is missing.
+    OSError when the address cannot be bound.
     """
-    load()
 
     class Handler(BaseHTTPRequestHandler):
         timeout = IDLE_S   # seconds a request may take to arrive once begun: each holds a thread

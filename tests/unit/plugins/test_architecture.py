@@ -153,3 +153,79 @@ def test_no_benchmark_edits_sys_path():
     editing = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "benchmarks").glob("*.py"))
                if "sys.path" in path.read_text()]
     assert not editing, editing
+
+
+# The one dependency rule (docs/architecture.md): what the agent may import beyond the standard library, and
+# which of those only inside a function, loaded when a setting asks for it.
+AGENT_PACKAGES = {"pynvml": "top", "yaml": "top", "bcrypt": "function"}
+
+
+def third_party(path):
+    """{top-level name: 'top' or 'function'} of what ``path`` imports outside the standard library and the
+    collection; 'function' where every import of it is inside a function."""
+    import sys
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = {}
+
+    def visit(node, inside):
+        for child in ast.iter_child_nodes(node):
+            nested = inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            names = []
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                names = [child.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("__future__", "ansible_collections"):
+                    found[top] = "top" if found.get(top) == "top" or not nested else "function"
+            visit(child, nested)
+    visit(tree, False)
+    return found
+
+
+def agent_closure():
+    """The module_utils files the agent runs: its package's, and every file of a lower floor they import, and so
+    on down."""
+    todo = sorted((UTILS / "agent").glob("*.py"))
+    seen = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in imports(path):
+            target = UTILS / (name.replace(".", "/") + ".py")
+            if target.exists():
+                todo.append(target)
+    return sorted(seen)
+
+
+def dependency_violations(paths, allowed):
+    problems = []
+    for path in paths:
+        shown = path.relative_to(UTILS) if path.is_relative_to(UTILS) else path.name
+        for name, where in sorted(third_party(path).items()):
+            if name not in allowed:
+                problems.append("%s imports %s, which the agent may not use" % (shown, name))
+            elif allowed[name] == "function" and where == "top":
+                problems.append("%s imports %s at load time; import it where a setting asks for it" % (shown, name))
+    return problems
+
+
+def test_the_agent_uses_only_the_packages_of_the_dependency_rule():
+    closure = agent_closure()
+    assert UTILS / "nvml" / "session.py" in closure and UTILS / "kube" / "rest_client.py" in closure
+    assert dependency_violations(closure, AGENT_PACKAGES) == []
+    # every package the rule allows is used: a rule wider than the code is not checked
+    assert set().union(*(third_party(path) for path in closure)) == set(AGENT_PACKAGES)
+
+
+def test_the_dependency_rule_catches_a_library_and_a_load_time_import(tmp_path):
+    module = tmp_path / "module.py"
+    module.write_text("import json\nimport prometheus_client.core\nfrom yaml import safe_load\nimport bcrypt\n\n\n"
+                      "def later():\n    import pynvml\n    from . import sibling\n")
+    assert third_party(module) == {"prometheus_client": "top", "yaml": "top", "bcrypt": "top", "pynvml": "function"}
+    assert dependency_violations([module], AGENT_PACKAGES) == [
+        "module.py imports bcrypt at load time; import it where a setting asks for it",
+        "module.py imports prometheus_client, which the agent may not use"]

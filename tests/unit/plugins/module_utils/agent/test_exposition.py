@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
+from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, sample_text
 from harness.agent_samples import CARDS, reference
 
 
@@ -31,3 +31,20 @@ def test_the_exposition_is_what_prometheus_client_writes(pods, shares, served, r
     text = exposition(snapshot)
     assert text == reference(snapshot)
     assert b'modelName="a \\"quoted\\"\\\\odd\\nname"' in text or served is not None
+
+
+@pytest.mark.parametrize("value, text", [
+    (0, "0.0"), (42, "42.0"), (0.25, "0.25"), (1e-05, "1e-05"), (-3.5, "-3.5"), (999999.5, "999999.5"),
+    (1234567.0, "1.234567e+06"), (1e6, "1e+06"), (-1234567.0, "-1.234567e+06"),
+    (61234567890.0, "6.123456789e+10"), (1e15, "1e+15"), (1e16, "1e+16"), (2 ** 63, "9.223372036854776e+18"),
+    (float("nan"), "NaN"), (float("inf"), "+Inf"), (float("-inf"), "-Inf"), (True, "1.0"),
+])
+def test_a_sample_value_is_written_as_prometheus_client_and_go_write_it(value, text):
+    """Below 10**6 in size, Python's shortest repr; from there an exponent, as Go's strconv 'g' writes it: the
+    text prometheus_client writes but for large negative numbers, which it writes out in digits. Either way the
+    text reads back as the same number."""
+    assert sample_text(value) == text
+    assert float(text) == float(value) or value != value
+    if not float(value) <= -1e6:
+        from prometheus_client.utils import floatToGoString
+        assert floatToGoString(value) == text
