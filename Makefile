@@ -133,6 +133,7 @@ sanity: $(VENV_STAMP)
 lint: $(VENV_STAMP) $(COLLECTION_LINK)
 	rm -rf $(HOME)/.ansible/collections/ansible_collections/scv/gpu
 	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/ansible-lint --offline
+	$(VENV)/bin/antsibull-changelog lint
 
 .PHONY: unit
 unit: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)

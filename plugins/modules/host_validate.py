@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: host_validate
 short_description: Check what a GPU host gives its containers, as the driver and the toolkit left it
-version_added: 1.1.0
+version_added: 2.0.0
 description:
   - Reads what the driver and NVIDIA's container toolkit left on the host, without NVML, and says which checks
     pass. A host where NVML answers but no container can start fails here.

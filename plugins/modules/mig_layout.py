@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: mig_layout
 short_description: Lay out the MIG devices of a host's NVIDIA GPUs as declared
-version_added: 1.0.0
+version_added: 2.0.0
 description:
   - Makes each named GPU's MIG mode and GPU instances what a layout declares, through NVML - the
     job of NVIDIA's nvidia-mig-parted, as an Ansible module. A layout is a list of entries in

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: node_gpu_drain
 short_description: Evict the pods that hold GPUs from a Kubernetes node, and only those
-version_added: 1.0.0
+version_added: 2.0.0
 description:
   - Evicts the pods bound to a node that hold GPUs, and waits until they are gone. The node's other pods keep
     running, since a change of the node's GPU stack or driver need not stop its CPU-only work.

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: node_validate
 short_description: Run a GPU workload and the secure-access probes on one Kubernetes node, and say what they found
-version_added: 1.1.0
+version_added: 2.0.0
 description:
   - Runs two pods on Node O(name), placed by the scheduler through the node's C(kubernetes.io/hostname) label and
     tolerating every taint, so that a cordoned node can be validated before it is uncordoned.

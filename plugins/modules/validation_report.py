@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: validation_report
 short_description: Write the report of a GPU node validation - a table, JUnit XML and the AI Conformance evidence
-version_added: 1.1.0
+version_added: 2.0.0
 description:
   - Writes the results of M(scv.gpu.host_validate) and M(scv.gpu.node_validate) for every node in O(dest), as three files.
   - C(validation.md), a table with a row per node and a column per check, then the reason of every failure;
