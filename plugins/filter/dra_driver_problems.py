@@ -8,38 +8,62 @@ from __future__ import annotations
 
 import base64
 
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.scv.gpu.plugins.module_utils.node import dra
+
+
+# What the role hands the filter (roles/dra_driver/tasks/prerequisites.yml), every key every time: a key
+# misspelt on either side is an error, not a check quietly switched off.
+KEYS = frozenset((
+    "node_name", "stack", "prerequisites", "check_label", "node", "gpu_facts", "min_driver_version",
+    "min_kubelet_version", "api_found", "compute_domain_api_found", "runtime", "containerd_path",
+    "containerd_config", "containerd_imports", "containerd_error", "crio_reads", "cdi_refresh", "cdi_spec"))
+
+
+def contract_problem(checks):
+    """Why ``checks`` is not the dict the filter reads (None when it is)."""
+    if not isinstance(checks, dict):
+        return "dra_driver_problems reads a dict, not %s" % type(checks).__name__
+    missing, unknown = sorted(KEYS - set(checks)), sorted(set(checks) - KEYS)
+    if not missing and not unknown:
+        return None
+    return "dra_driver_problems: %s (the role and the filter must name the same %d keys)" % ("; ".join(
+        part for part in ("missing %s" % ", ".join(missing) if missing else "",
+                          "unknown %s" % ", ".join(unknown) if unknown else "") if part), len(KEYS))
 
 
 def scv_gpu_dra_driver_problems(checks):
     """["node N: problem; what to do", ...] from what the role read of the node, the host and the API."""
-    checks = checks or {}
-    name = checks.get("node_name")
-    label = dra.label_problem(checks.get("node"), checks.get("stack")) if checks.get("check_label") else None
-    if checks.get("stack") != "dra" or not checks.get("prerequisites", True):
+    problem = contract_problem(checks)
+    if problem:
+        raise AnsibleFilterError(problem)
+    name = checks["node_name"]
+    label = dra.label_problem(checks["node"], checks["stack"]) if checks["check_label"] else None
+    if checks["stack"] != "dra" or not checks["prerequisites"]:
         return ["node %s: %s" % (name, label)] if label else []
     problems = [
-        dra.driver_problem(checks.get("gpu_facts"), checks.get("min_driver_version")),
-        dra.kubelet_problem(checks.get("node"), checks.get("min_kubelet_version")),
-        None if checks.get("api_found") else (
+        dra.driver_problem(checks["gpu_facts"], checks["min_driver_version"]),
+        dra.kubelet_problem(checks["node"], checks["min_kubelet_version"]),
+        None if checks["api_found"] else (
             "the API server does not serve resource.k8s.io/v1 (DeviceClass); DRA needs Kubernetes 1.34 or newer "
             "with that API enabled (kube-apiserver --runtime-config must not turn it off)"),
-        None if checks.get("compute_domain_api_found", True) else (
+        None if checks["compute_domain_api_found"] else (
             "dra_driver_compute_domains is true and the API server does not serve resource.nvidia.com/v1beta1 "
             "ComputeDomain; install NVIDIA's ComputeDomain CRDs first, or set dra_driver_compute_domains: false"),
-        dra.cdi_spec_problem(checks.get("cdi_refresh"), checks.get("cdi_spec")),
+        dra.cdi_spec_problem(checks["cdi_refresh"], checks["cdi_spec"]),
         label,
     ]
-    if checks.get("runtime") == "containerd":
+    if checks["runtime"] == "containerd":
         problems.insert(2, _containerd_problem(checks))
-    elif checks.get("runtime") == "crio":
-        problems.insert(2, dra.crio_cdi_problem(_slurped(checks.get("crio_reads"))))
+    elif checks["runtime"] == "crio":
+        problems.insert(2, dra.crio_cdi_problem(_slurped(checks["crio_reads"])))
     return ["node %s: %s" % (name, problem) for problem in problems if problem]
 
 
 def _containerd_problem(checks):
     """Why CDI in containerd stops the node, from what scv.gpu.containerd_config_info read on the host."""
-    path, text, error = checks.get("containerd_path"), checks.get("containerd_config"), checks.get("containerd_error")
+    path, text, error = checks["containerd_path"], checks["containerd_config"], checks["containerd_error"]
     if text is None:
         unread = (error if error and str(path) in error else
                   "%s cannot be read%s" % (path, " (%s)" % error if error else ""))
@@ -47,7 +71,7 @@ def _containerd_problem(checks):
                 "crio on CRI-O nodes)" % unread)
     if error:
         return "CDI cannot be checked: %s" % error
-    return dra.containerd_cdi_problem(text, path, checks.get("containerd_imports"))
+    return dra.containerd_cdi_problem(text, path, checks["containerd_imports"])
 
 
 def _slurped(reads):

@@ -51,8 +51,9 @@ def test_the_check_passes_where_containerd2_runs_with_cdi_and_the_drivers_folder
     code, read = run_module(capsys, containerd_config_info, {"path": str(main)})
     assert code == 0, read
     problems = scv_gpu_dra_driver_problems({
-        "node_name": "gpu-7", "stack": "dra", "prerequisites": True, "runtime": "containerd",
+        "node_name": "gpu-7", "stack": "dra", "prerequisites": True, "check_label": False, "runtime": "containerd",
         "containerd_path": str(main), "containerd_config": read["content"], "containerd_imports": read["imports"],
+        "containerd_error": None, "crio_reads": [], "compute_domain_api_found": True,
         "node": {"status": {"nodeInfo": {"kubeletVersion": "v1.37.1"}}}, "min_kubelet_version": "1.34.2",
         "gpu_facts": {"nvml_available": True, "driver_version": "580.95.05"}, "min_driver_version": "565",
         "api_found": True, "cdi_refresh": {"rc": 0, "stdout": "unchanged"}, "cdi_spec": "/etc/cdi/nvidia.yaml"})

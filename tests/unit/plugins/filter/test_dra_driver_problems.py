@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 
-from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import FilterModule
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import KEYS, FilterModule
 from ansible_collections.scv.gpu.plugins.filter.dra_driver_problems import scv_gpu_dra_driver_problems as problems
 
 GOOD = {"node_name": "gpu-7", "stack": "dra", "check_label": True, "prerequisites": True,
@@ -12,6 +15,7 @@ GOOD = {"node_name": "gpu-7", "stack": "dra", "check_label": True, "prerequisite
         "gpu_facts": {"nvml_available": True, "driver_version": "580.95.05"}, "min_driver_version": "565",
         "min_kubelet_version": "1.34.2", "api_found": True, "compute_domain_api_found": True,
         "runtime": "containerd", "containerd_path": "/etc/containerd/config.toml", "containerd_config": "version = 3\n",
+        "containerd_imports": [], "containerd_error": None, "crio_reads": [],
         "cdi_refresh": {"rc": 0, "stdout": "unchanged"}, "cdi_spec": "/etc/cdi/nvidia.yaml"}
 
 
@@ -32,10 +36,17 @@ def test_every_problem_is_listed_with_the_node():
                                              for line, start in zip(found, starts)), found
 
 
-def test_what_is_not_given_is_not_held_against_the_node():
+def test_a_key_missing_or_misspelt_is_an_error_naming_it_not_a_check_switched_off():
     given = {key: value for key, value in GOOD.items() if key not in ("prerequisites", "compute_domain_api_found")}
-    assert problems(given) == []
-    assert len(problems(dict(given, api_found=False))) == 1      # the prerequisites are checked unless told not to
+    with pytest.raises(AnsibleFilterError, match=r"^dra_driver_problems: missing compute_domain_api_found, "
+                                                 r"prerequisites \(the role and the filter must name the same 18 keys\)$"):
+        problems(given)
+    with pytest.raises(AnsibleFilterError, match=r": unknown api_fund \("):
+        problems(dict(GOOD, api_fund=False))
+    with pytest.raises(AnsibleFilterError, match=r": missing api_found; unknown api_fund \("):
+        problems(dict({key: value for key, value in GOOD.items() if key != "api_found"}, api_fund=False))
+    with pytest.raises(AnsibleFilterError, match="reads a dict, not NoneType"):
+        problems(None)
 
 
 def test_crio_needs_no_containerd_config_and_prerequisites_can_be_skipped():
@@ -114,3 +125,24 @@ def test_crio_is_judged_on_its_main_file_and_drop_ins_the_last_that_sets_cdi_spe
     assert "sets cdi_spec_dirs ([crio.runtime]) to /var/run/cdi, without /var/run/cdi" in found, found
     # /var/run is a link to /run: either spelling names the DRA driver's folder
     assert judged(_read(MAIN, '[crio.runtime]\ncdi_spec_dirs = ["/etc/cdi", "/run/cdi/"]\n')) == []
+
+
+def test_the_role_hands_the_filter_exactly_its_keys():
+    """The other side of the contract: the dict the dra_driver role builds in its prerequisites task."""
+    import pathlib
+    import re
+
+    import yaml
+    tasks = yaml.safe_load((pathlib.Path(__file__).resolve().parents[4] / "roles" / "dra_driver" / "tasks"
+                            / "prerequisites.yml").read_text())
+    (check,) = [task for task in tasks if "_problems" in (task.get("vars") or {})]
+    expression = check["vars"]["_problems"]
+    assert expression.rstrip().endswith("| scv.gpu.dra_driver_problems }}")
+    body = expression[expression.index("{{") + 2:]
+    depth, top = 0, []
+    for index, char in enumerate(body):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        found = re.match(r"'(\w+)':", body[index:]) if depth == 1 and char == "'" else None
+        if found and re.search(r"[{,]\s*$", body[:index]):
+            top.append(found.group(1))
+    assert sorted(top) == sorted(KEYS)

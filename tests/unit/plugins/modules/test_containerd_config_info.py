@@ -19,8 +19,9 @@ V3 = '[plugins."io.containerd.cri.v1.runtime"]\n'
 READY = {"node_name": "gpu-7", "stack": "dra", "check_label": False, "prerequisites": True,
          "node": {"metadata": {"labels": {}}, "status": {"nodeInfo": {"kubeletVersion": "v1.37.1"}}},
          "gpu_facts": {"nvml_available": True, "driver_version": "580.95.05"}, "min_driver_version": "565",
-         "min_kubelet_version": "1.34.2", "api_found": True, "runtime": "containerd",
-         "cdi_refresh": {"rc": 0, "stdout": "unchanged"}, "cdi_spec": "/etc/cdi/nvidia.yaml"}
+         "min_kubelet_version": "1.34.2", "api_found": True, "compute_domain_api_found": True, "runtime": "containerd",
+         "containerd_path": None, "containerd_config": None, "containerd_imports": [], "containerd_error": None,
+         "crio_reads": [], "cdi_refresh": {"rc": 0, "stdout": "unchanged"}, "cdi_spec": "/etc/cdi/nvidia.yaml"}
 
 
 @pytest.fixture(autouse=True, params=["python-3.11", "python-3.10"])
