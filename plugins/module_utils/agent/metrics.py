@@ -351,9 +351,9 @@ def _escaped(value):
 def exposition(snapshot):
     """The Prometheus text (format 0.0.4) of what ``snapshot()`` (a function) returns: byte for byte what
     prometheus_client's ``generate_latest`` writes for the same :func:`families` (a unit test holds it to that;
-    :func:`sample_text` differs only on negative numbers of 10**6 or more in size). The label text of each set of label values is made once per scrape, not once per series: with pod
-    attribution a shared GPU's every series is served once per pod, and most of a scrape went into writing the
-    same labels again."""
+    :func:`sample_text` differs only on negative numbers of 10**6 or more in size). The label text of each set
+    of label values is made once per scrape, not once per series: with pod attribution a shared GPU's every
+    series is served once per pod, and most of a scrape went into writing the same labels again."""
     lines, label_texts = [], {}
     for name, kind, text, names, rows in families(snapshot()):
         shown = name + "_total" if kind == "counter" else name
