@@ -3,6 +3,8 @@ series: the exposition writes each label set's text once per scrape instead of o
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition, sample_text
@@ -44,7 +46,7 @@ def test_a_sample_value_is_written_as_prometheus_client_and_go_write_it(value, t
     text prometheus_client writes but for large negative numbers, which it writes out in digits. Either way the
     text reads back as the same number."""
     assert sample_text(value) == text
-    assert float(text) == float(value) or value != value
-    if not float(value) <= -1e6:
+    assert float(text) == float(value) or math.isnan(float(value))
+    if math.isnan(float(value)) or float(value) > -1e6:
         from prometheus_client.utils import floatToGoString
         assert floatToGoString(value) == text
