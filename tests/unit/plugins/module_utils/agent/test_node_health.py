@@ -38,34 +38,34 @@ class Api:
                      "spec": {"taints": [{"key": "other", "effect": "NoExecute"}]}, "status": {"conditions": []}}
         self.calls, self.events, self.fail = [], [], {}
 
-    def _maybe_fail(self, verb):
+    def maybe_fail(self, verb):
         if self.fail.get(verb):
             raise self.fail[verb].pop(0)
 
-    def _bump(self):
+    def bump(self):
         self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
 
     def get_node(self, name):
         self.calls.append(("get_node", name))
-        self._maybe_fail("get_node")
+        self.maybe_fail("get_node")
         return copy.deepcopy(self.node)
 
     def patch_node_status(self, name, patch):
         self.calls.append(("patch_node_status", patch))
-        self._maybe_fail("patch_node_status")
+        self.maybe_fail("patch_node_status")
         if self.node is None:
             raise ApiError("nodes %s not found" % name, status=404)
         self.node["status"]["conditions"] = patch["status"]["conditions"]
-        self._bump()
+        self.bump()
         return copy.deepcopy(self.node)
 
     def patch_node(self, name, patch):
         self.calls.append(("patch_node", patch))
-        self._maybe_fail("patch_node")
+        self.maybe_fail("patch_node")
         if patch["metadata"]["resourceVersion"] != self.node["metadata"]["resourceVersion"]:
             raise ApiError("the object has been modified", conflict=True, status=409)
         self.node["spec"]["taints"] = patch["spec"]["taints"]
-        self._bump()
+        self.bump()
         return copy.deepcopy(self.node)
 
     def create_event(self, event):
@@ -199,7 +199,7 @@ def test_the_last_taint_removed_leaves_none_and_a_conflict_reads_again(clock):
     def stale_once(name):
         node = real_get(name)
         if len(api.verbs("get_node")) == 1:
-            api._bump()                       # someone wrote the Node after our read
+            api.bump()                       # someone wrote the Node after our read
         return node
     api.get_node = stale_once
     taint.update(HEALTHY)
