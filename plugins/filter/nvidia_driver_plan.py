@@ -27,6 +27,8 @@ def nvidia_driver_plan(facts, branch="", version="", kernel_modules="auto", ubun
             secure_boot=bool(secure_boot),
             signing_key_enrolled=bool(secure_boot_key_enrolled),
             gpus=list(gpus or []),
+            distribution_version=str(facts.get("distribution_version") or ""),
+            architecture=facts.get("architecture") or "",
         )
     except PlanError as error:
         raise AnsibleFilterError(str(error)) from None

@@ -22,6 +22,10 @@ DEBIAN_BRANCHES = {"12": 535, "13": 550}
 
 # The RHEL family releases whose CUDA repository offers the nvidia-driver dnf module.
 EL_MODULE_RELEASES = ("8", "9")
+# From RHEL 10.1 on x86_64, Red Hat ships NVIDIA's open kernel modules built and signed by Red Hat (kmod-nvidia,
+# with the user-space driver nvidia-open) in this repository; Secure Boot trusts them without a MOK.
+EL_SIGNED_KMODS_SINCE = (10, 1)
+EL_EXTENSIONS_REPOSITORY = "rhel-10-for-x86_64-extensions-rpms"
 
 _EPOCH = re.compile(r"^\d+:")
 _UPSTREAM = re.compile(r"^(\d+(?:\.\d+)*)")
@@ -91,7 +95,7 @@ DEFAULT_BRANCH = "580"
 
 def plan(os_family, distribution, major_version, kernel, branch="", version="",
          kernel_modules="auto", ubuntu_server=True, secure_boot=False,
-         signing_key_enrolled=False, gpus=()):
+         signing_key_enrolled=False, gpus=(), distribution_version="", architecture=""):
     """Everything the role installs on one host, as a dict.
 
     ``packages``: what apt or dnf installs (pinned where a version is set);
@@ -100,6 +104,8 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
     transaction where they are installed (held or not): a change of flavour (apt);
     ``apt_pin``: the source packages (``sources``) and ``version`` of an apt preferences pin, or None;
     ``dnf_module``: the module stream to enable, or None;
+    ``dnf_repository``: ``cuda`` (NVIDIA's CUDA repository) or the Red Hat repository to enable
+    (RHEL 10's extensions), on the RHEL family;
     ``headers``: the kernel headers package for the running kernel;
     ``driver_package``: the package whose version is the installed driver's.
     ``blacklist``: the modules kept out of the boot (nouveau, and nova on kernels that have it);
@@ -130,8 +136,11 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
         result = _debian(kernel, branch, version, opened)
     elif distribution == "Ubuntu":
         result = _ubuntu(kernel, branch, version, opened, ubuntu_server)
-    elif os_family == "RedHat":
+    elif os_family == "RedHat" and str(major_version) in EL_MODULE_RELEASES:
         result = _redhat(str(major_version), kernel, branch, version, opened)
+    elif os_family == "RedHat":
+        result = _rhel_signed(distribution, distribution_version or str(major_version), architecture,
+                              branch, version, flavour, _why(kernel_modules, flavour, gpus or ()))
     else:
         raise PlanError("nvidia_driver supports Debian, Ubuntu and the RHEL family, not %s (%s)"
                         % (distribution, os_family))
@@ -200,6 +209,7 @@ def _debian(kernel, branch, version, opened):
         "apt_pin": {"sources": ["nvidia-graphics-drivers"] + (["nvidia-open-gpu-kernel-modules"] if opened else []),
                     "version": version} if version else None,
         "dnf_module": None,
+        "dnf_repository": None,
         "headers": "linux-headers-%s" % kernel,
         "driver_package": "nvidia-driver",
         "signed_modules": False,
@@ -229,6 +239,7 @@ def _ubuntu(kernel, branch, version, opened, server):
         "replaces": ["nvidia-driver-%s%s%s" % (branch, "-server" if server else "", "" if opened else "-open")],
         "apt_pin": {"sources": [source], "version": version} if version else None,
         "dnf_module": None,
+        "dnf_repository": None,
         "headers": "linux-headers-%s" % kernel,
         "driver_package": driver,
         "signed_modules": True,
@@ -242,9 +253,6 @@ def _ubuntu(kernel, branch, version, opened, server):
 
 
 def _redhat(major, kernel, branch, version, opened):
-    if major not in EL_MODULE_RELEASES:
-        raise PlanError("on the RHEL family this role installs the driver from the CUDA repository's nvidia-driver "
-                        "module, which exists for EL %s, not EL %s" % (" and ".join(EL_MODULE_RELEASES), major))
     branch = branch or (upstream_version(version) or "").split(".")[0] or DEFAULT_BRANCH
     stream = "%s-%s" % (branch, "open" if opened else "dkms")
     dkms = "kmod-nvidia-open-dkms" if opened else "kmod-nvidia-latest-dkms"
@@ -259,6 +267,7 @@ def _redhat(major, kernel, branch, version, opened):
         "replaces": [],
         "apt_pin": None,
         "dnf_module": "nvidia-driver:%s" % stream,
+        "dnf_repository": "cuda",
         "headers": "kernel-devel-%s" % kernel,
         "driver_package": "nvidia-driver",
         "signed_modules": False,
@@ -267,6 +276,50 @@ def _redhat(major, kernel, branch, version, opened):
         "kernel_module_source": "kernel-devel-{kernel} (with it installed, DKMS builds the nvidia module for that "
                                 "kernel; if it already is, run dkms autoinstall -k {kernel})",
         "kernel_hold_patterns": ["kernel", "kernel-core", "kernel-modules", "kernel-modules-core", "kernel-devel"],
+    }
+
+
+def _release(text):
+    found = re.match(r"^(\d+)(?:\.(\d+))?", str(text or ""))
+    return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+
+
+def _rhel_signed(distribution, release, architecture, branch, version, flavour, why):
+    """RHEL 10.1 and later: Red Hat's signed build of NVIDIA's open modules, from its extensions repository."""
+    if distribution != "RedHat" or (_release(release) or (0, 0)) < EL_SIGNED_KMODS_SINCE or architecture != "x86_64":
+        raise PlanError("on EL 10 this role installs Red Hat's signed NVIDIA kernel modules (kmod-nvidia, from "
+                        "%s), which RHEL %d.%d and later ship for x86_64; this host is %s %s on %s, and EL %s "
+                        "has no nvidia-driver module stream in NVIDIA's CUDA repository. Install the driver "
+                        "another way, or run RHEL %d.%d or later. Nothing has been changed."
+                        % ((EL_EXTENSIONS_REPOSITORY,) + EL_SIGNED_KMODS_SINCE
+                           + (distribution, release, architecture or "an unknown architecture",
+                              str(release).split(".")[0]) + EL_SIGNED_KMODS_SINCE))
+    if flavour != "open":
+        raise PlanError("Red Hat's signed kmod-nvidia on RHEL 10 is NVIDIA's open kernel modules only, and this "
+                        "host gets the proprietary ones (%s): %s. Nothing has been changed."
+                        % (why, "GPUs older than Turing need an EL 9 host (the CUDA repository's DKMS modules)"
+                           if why.startswith("auto") else "set nvidia_driver_kernel_modules to auto or open"))
+    names = ["nvidia-open", "kmod-nvidia"]
+    # EL 10 has no module streams: a branch is the newest version of it (a NEVRA glob), locked with
+    # versionlock as NVIDIA advises for EL 10; no branch and no version follows Red Hat's newest.
+    wanted = (["%s-%s" % (name, version) for name in names] if version else
+              ["%s-%s.*" % (name, branch) for name in names] if branch else names)
+    return {
+        "manager": "dnf",
+        "packages": wanted,
+        "hold": wanted if version or branch else [],
+        "replaces": [],
+        "apt_pin": None,
+        "dnf_module": None,
+        "dnf_repository": EL_EXTENSIONS_REPOSITORY,
+        "headers": None,
+        "driver_package": "nvidia-driver",
+        "signed_modules": True,
+        "mok_public_key": None,
+        "initramfs_command": ["dracut", "--force", "--regenerate-all"],
+        "kernel_module_source": "kmod-nvidia for {kernel} (Red Hat's signed build; dnf upgrade kmod-nvidia, and if "
+                                "none is there for that kernel yet, keep booting the current one)",
+        "kernel_hold_patterns": ["kernel", "kernel-core", "kernel-modules", "kernel-modules-core"],
     }
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
+from ansible_collections.scv.gpu.plugins.filter.nvidia_driver_plan import nvidia_driver_plan
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver import (
     DEFAULT_BRANCH,
     PlanError,
@@ -135,9 +137,60 @@ def test_rhel_exact_version_names_packages_and_locks_them():
     assert got["hold"] == got["packages"][:3]
 
 
-def test_rhel_without_module_streams_is_refused():
-    with pytest.raises(PlanError, match="EL 8 and 9, not EL 10"):
-        plan(os_family="RedHat", distribution="RedHat", major_version="10", kernel="6.12.0", branch="580")
+RHEL10 = dict(os_family="RedHat", distribution="RedHat", major_version="10", kernel="6.12.0-124.8.1.el10_1.x86_64",
+              distribution_version="10.1", architecture="x86_64")
+HOPPER = {"busId": "0000:01:00.0", "deviceId": "0x2330", "model": "H100 SXM5"}
+PASCAL = {"busId": "0000:01:00.0", "deviceId": "0x1b02", "model": "TITAN Xp"}
+
+
+def test_rhel_10_1_gets_red_hats_signed_kmods_from_its_extensions_repository():
+    got = plan(**RHEL10, gpus=[HOPPER])
+    assert (got["manager"], got["dnf_repository"], got["dnf_module"]) == (
+        "dnf", "rhel-10-for-x86_64-extensions-rpms", None)
+    assert got["packages"] == ["nvidia-open", "kmod-nvidia"] and got["hold"] == []
+    assert got["signed_modules"] and got["kernel_modules"] == "open"
+    # signed by Red Hat: Secure Boot needs no key of the host's own
+    assert plan(**RHEL10, secure_boot=True, signing_key_enrolled=False)["signed_modules"]
+    assert plan(**dict(RHEL10, distribution_version="10.2"))["dnf_repository"] == "rhel-10-for-x86_64-extensions-rpms"
+    # EL 8 and 9 stay on the CUDA repository's module streams
+    assert plan(**RHEL9)["dnf_repository"] == "cuda"
+
+
+def test_rhel_10_takes_a_branch_as_its_newest_version_and_locks_it():
+    branch = plan(**RHEL10, branch="580")
+    assert branch["packages"] == ["nvidia-open-580.*", "kmod-nvidia-580.*"] and branch["hold"] == branch["packages"]
+    exact = plan(**RHEL10, version="580.95.05")
+    assert exact["packages"] == ["nvidia-open-580.95.05", "kmod-nvidia-580.95.05"] and exact["hold"] == exact["packages"]
+
+
+@pytest.mark.parametrize("host, found", [
+    (dict(RHEL10, distribution_version="10.0"), "this host is RedHat 10.0 on x86_64"),
+    (dict(RHEL10, distribution="Rocky"), "this host is Rocky 10.1 on x86_64"),
+    (dict(RHEL10, architecture="aarch64"), "this host is RedHat 10.1 on aarch64"),
+])
+def test_el_10_without_red_hats_signed_kmods_is_refused_naming_the_host(host, found):
+    with pytest.raises(PlanError, match=r"^on EL 10 this role installs Red Hat's signed NVIDIA kernel modules "
+                                        r"\(kmod-nvidia, from rhel-10-for-x86_64-extensions-rpms\), which RHEL 10.1"):
+        plan(**host)
+    with pytest.raises(PlanError, match=found):
+        plan(**host)
+
+
+def test_rhel_10_refuses_the_proprietary_modules_it_does_not_ship():
+    with pytest.raises(PlanError, match=r"proprietary ones \(auto: a GPU older than Turing \(Pascal\) runs with the "
+                                        r"proprietary modules only\): GPUs older than Turing need an EL 9 host"):
+        plan(**RHEL10, gpus=[PASCAL], branch="580")
+    with pytest.raises(PlanError, match="nvidia_driver_kernel_modules is proprietary.*set nvidia_driver_kernel_modules "
+                                        "to auto or open"):
+        plan(**RHEL10, gpus=[HOPPER], kernel_modules="proprietary")
+
+
+def test_the_filter_hands_the_plan_the_release_and_the_architecture():
+    facts = {"os_family": "RedHat", "distribution": "RedHat", "distribution_major_version": "10",
+             "distribution_version": "10.1", "architecture": "x86_64", "kernel": "6.12.0-124.8.1.el10_1.x86_64"}
+    assert nvidia_driver_plan(facts)["dnf_repository"] == "rhel-10-for-x86_64-extensions-rpms"
+    with pytest.raises(AnsibleFilterError, match="this host is RedHat 10.0 on x86_64"):
+        nvidia_driver_plan(dict(facts, distribution_version="10.0"))
 
 
 def test_version_and_branch_must_agree():
