@@ -131,9 +131,38 @@ def test_every_role_refuses_an_out_of_range_number_before_any_change(ansible, tm
     assert "changed=0" in recap and "failed=1" in recap and "ok=1" in recap   # the argument spec, then this
 
 
+@pytest.mark.parametrize("role, variables, expected", [
+    ("scv_agent", {"scv_agent_node_name": "", "scv_agent_xid_actions": {"79": "drain"}, "scv_agent_watchdog_sec": -1},
+     ["scv_agent_node_name: a node name is needed, got ''", "scv_agent_xid_actions must map XID numbers",
+      "scv_agent_watchdog_sec: -1 is out of range"]),
+    ("mig_layout", {"mig_layout_node_name": "", "mig_layout_drain_timeout": -1},
+     ["mig_layout_drain_timeout: -1 is out of range", "mig_layout_node_name: a node name is needed, got ''"]),
+    ("device_plugin", {"device_plugin_node_name": "", "device_plugin_runtime_class": "Not_A_Name",
+                       "device_plugin_wait_timeout": 0},
+     ["device_plugin_wait_timeout: 0 is out of range", "device_plugin_runtime_class: 'Not_A_Name' is not",
+      "device_plugin_node_name: a node name is needed, got ''"]),
+])
+def test_a_role_names_every_bad_variable_at_once_before_any_change(ansible, tmp_path, role, variables, expected):
+    """A run with several bad variables says all of them, in one task, not one per run."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
+                                     "roles": [{"role": "scv.gpu.%s" % role, "vars": variables}]}]))
+    done = ansible.playbook(str(playbook), None, "--check")
+    assert done.returncode != 0
+    output = " ".join(done.stdout.split())
+    assert all(part in output for part in expected), output
+    assert output.count("Nothing was changed.") == 1, output
+    recap = done.stdout.split("PLAY RECAP")[1]
+    assert "changed=0" in recap and "failed=1" in recap and "ok=1" in recap   # the argument spec, then this
+
+
 @pytest.mark.parametrize("variables, expected", [
     ({"scv_publish_update_interval": 0}, "scv_publish_update_interval: expected whole milliseconds of 1 or more, got 0"),
     ({"scv_publish_node_name": ""}, "scv_publish_node_name of host localhost: a node name is needed, got ''"),
+    ({"scv_publish_node_name": "", "scv_publish_update_interval": 0},
+     "scv_publish_node_name of host localhost: a node name is needed, got ''; set scv_publish_node_name (or "
+     "k8s_node_name in site.yml) to the node's name; scv_publish_update_interval: expected whole milliseconds of 1 "
+     "or more, got 0. Nothing was changed."),
 ])
 def test_scv_publish_refuses_before_the_definition_is_installed(ansible, control_plane, tmp_path, variables, expected):
     playbook = tmp_path / "play.yml"
