@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import select
 import selectors
 import socket
 import ssl
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import exposition
 from ansible_collections.scv.gpu.plugins.module_utils.agent.web_config import WebConfig
 from ansible_collections.scv.gpu.plugins.module_utils.agent.web_access import Authenticator, HandshakeLog, accept_tls
+
+LOG = logging.getLogger("scv-gpu-agent")
 
 
 # Connections served at once: Prometheus, a probe and an operator's curl need a few. A connection takes
@@ -118,6 +122,16 @@ class BoundedServer(ThreadingHTTPServer):
 
     def process_request(self, request, client_address):
         self.room.add(request, client_address)     # the accepting thread never waits
+
+    def handle_error(self, request, client_address):
+        """A peer that breaks off its connection (a reset, a bad TLS record, silence past the timeout) is a line
+        at debug level, never a traceback, which socketserver would print for each; anything else is the
+        agent's own failure, logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, ssl.SSLError, TimeoutError)):
+            LOG.debug("the connection from %s ended: %s", client_address[0], error)
+            return
+        LOG.exception("serving a request from %s failed", client_address[0])
 
     def _serve(self, request, client_address):
         self.slots.acquire()

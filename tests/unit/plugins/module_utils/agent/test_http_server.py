@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 import threading
 import time
 import urllib.request
@@ -119,3 +120,42 @@ def test_connections_idle_after_their_handshake_wait_without_a_slot_and_never_de
     finally:
         for connection in idle:
             connection.close()
+
+
+def test_a_peer_that_resets_its_connection_is_a_debug_line_not_a_traceback(serving_tls, capfd, caplog):
+    """socketserver prints a traceback for every request that raises; a peer's reset is the peer's affair."""
+    caplog.set_level("DEBUG", logger="scv-gpu-agent")
+    bound, client = serving_tls
+    reading = threading.Semaphore(0)
+
+    class Reading(Answer):
+        def setup(self):
+            super().setup()
+            reading.release()                           # next: the request line is read
+
+    bound.RequestHandlerClass = Reading
+    for _attempt in range(3):
+        connection = client.wrap_socket(socket.create_connection(bound.server_address, timeout=5))
+        connection.sendall(b"GET / HT")                 # a request begun: the server reads it in a thread
+        assert reading.acquire(timeout=5)
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        connection.close()                              # then a reset
+    wait_until(lambda: len([record for record in caplog.records if "ended" in record.getMessage()]) == 3, 5,
+               "three debug lines")
+    assert "Traceback" not in capfd.readouterr().err
+    assert all(record.levelname == "DEBUG" and record.getMessage().startswith("the connection from 127.0.0.1 ended: ")
+               for record in caplog.records if "ended" in record.getMessage())
+
+
+def test_the_agents_own_failure_while_serving_keeps_its_traceback(serving, caplog):
+    class Broken(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the http.server API)
+            raise KeyError("a bug of ours")
+
+    serving.RequestHandlerClass = Broken
+    with socket.create_connection(serving.server_address, timeout=5) as connection:
+        connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        connection.recv(10)
+    wait_until(lambda: any(record.exc_info for record in caplog.records), 5, "the logged failure")
+    (failed,) = [record for record in caplog.records if record.exc_info]
+    assert failed.levelname == "ERROR" and failed.getMessage() == "serving a request from 127.0.0.1 failed"
