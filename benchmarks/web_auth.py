@@ -26,6 +26,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent import server, web_c
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.web_access import Authenticator
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
+from harness.agent_samples import QuietClient
 from harness.tls_certs import TestPki
 
 
@@ -54,7 +55,7 @@ def main():
     cached_auth = Authenticator()
     cached = cpu_ms(lambda: cached_auth.allows(web, header), runs * 100)
 
-    agent = Agent(type("NoClient", (), {"server": "https://127.0.0.1:1", "requests": 0})(), "bench", Session(),
+    agent = Agent(QuietClient(), "bench", Session(),
                   node_condition=False)
     plain_server, tls_server = server.serve(agent, "127.0.0.1", 0), server.serve(agent, "127.0.0.1", 0, web)
     client = ssl.create_default_context(cafile=str(pki.ca))

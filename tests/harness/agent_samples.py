@@ -2,12 +2,29 @@
 
 ``reference`` renders a snapshot's series with prometheus_client, the oracle the agent's exposition is held to;
 ``CARDS`` are three cards as NVML reads them; ``WHOLE``, ``MIG`` and ``INSTANCES`` a GPU whole and one with MIG on;
-``pb`` builds one length-delimited protobuf field, what the kubelet's pod-resources answer is made of.
+``pb`` builds one length-delimited protobuf field, what the kubelet's pod-resources answer is made of;
+``QuietClient`` is a client for an Agent that never reaches an API server.
 """
 
 from __future__ import annotations
 
+import types
+
 from ansible_collections.scv.gpu.plugins.module_utils.agent.metrics import families
+from ansible_collections.scv.gpu.plugins.module_utils.kube.rest import ApiContact
+
+
+class QuietClient:
+    """What an Agent reads of its client, for an agent whose tests (or benchmarks) make no API request: the
+    server's address, the request and reload counts, the throttle and the contact (``contact`` given, or a new
+    one that has heard nothing)."""
+
+    server = "https://127.0.0.1:1"
+
+    def __init__(self, contact=None):
+        self.requests = self.reloads = 0
+        self.contact = contact or ApiContact()
+        self.limiter = types.SimpleNamespace(throttled=0, waited_s=0.0)
 
 
 class SnapshotCollector:

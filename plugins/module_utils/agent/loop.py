@@ -19,8 +19,10 @@ import logging
 import threading
 import time
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import Counters
 from ansible_collections.scv.gpu.plugins.module_utils.agent.node_health import NodeCondition, NodeTaint
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import NoPods
 from ansible_collections.scv.gpu.plugins.module_utils.agent.readings import Readings
 from ansible_collections.scv.gpu.plugins.module_utils.agent.scv_writer import ScvWriter
 from ansible_collections.scv.gpu.plugins.module_utils.agent.wakeup import Wakeup
@@ -61,23 +63,41 @@ class XidWaiter(threading.Thread):
                 self.wake.set()
 
 
+def chosen_series(config):
+    """The DCGM series the configuration's counters file chose (None: every one is served); its names that this
+    agent does not serve are warned about."""
+    if config.counters is None:   # read and checked once, by configuration.load
+        return None
+    series, unknown = config.counters
+    if unknown:
+        LOG.warning("%s names series this agent does not serve (left out): %s", config["counters-file"],
+                    ", ".join(unknown))
+    if not series:
+        LOG.warning("%s names no series this agent serves: no DCGM series is served (name some, or leave "
+                    "counters-file empty to serve every one)", config["counters-file"])
+    return series
+
+
 class Agent:
     """One node's publishing loop.
 
-    ``client`` is a ``kube.rest_client.RestClient`` for Scv objects (or anything with its
-    methods); ``taint_client`` one with an identity allowed to taint Nodes, or None.
-    ``notify`` is called with systemd's notification words (``agent.sdnotify``).
+    ``client`` is a ``kube.rest_client.RestClient`` for Scv objects (or has its methods, ``contact``,
+    ``limiter``, ``requests`` and ``reloads``); ``taint_client`` one allowed to taint Nodes, or None; ``notify``
+    takes systemd's notification words (``agent.sdnotify``). ``pods`` (an ``agent.pod_attribution``; NoPods:
+    none named), ``pod_metadata`` (None: no pod UID or labels) and ``shares`` (None: no GPU split per pod) take
+    ``stopping``, the event that ends the agent, made here when not given.
     """
 
     def __init__(self, client, node, session, default_interval_ms=DEFAULT_UPDATE_INTERVAL_MS, watch_timeout=300,
-                 metrics=False, xid_policy=None, node_condition=True, taint_client=None, notify=None, pods=None):
+                 metrics=False, xid_policy=None, node_condition=True, taint_client=None, notify=None,
+                 pods=None, pod_metadata=None, shares=None, stopping=None):
         self.client = client
         self.node = node
         self.session = session
         self.default_interval_ms = default_interval_ms
-        self.readings = Readings(session, xid_policy or XidPolicy(), metrics)
-        self.pods = pods               # an agent.pod_attribution.PodAttribution, or None: no pod labels
-        self.pod_metadata = None       # an agent.pod_metadata.PodMetadata (with pods), or None: no pod UID or labels
+        self.pods = pods or NoPods()
+        self.pod_metadata = pod_metadata
+        self.readings = Readings(session, xid_policy or XidPolicy(), metrics, pods=self.pods, shares=shares)
         self.dcgm_series = None        # the DCGM series a counters file chose (None: every one served)
         self.xid_policy = self.readings.xid_policy
         self.counters = Counters()
@@ -86,7 +106,7 @@ class Agent:
         self.published_at = None      # time.time() of the last tick that wrote the Scv or found it current
         self.state = ScvState()
         self.wake = Wakeup()              # set from other threads and from signal handlers
-        self.stopping = threading.Event()
+        self.stopping = stopping or threading.Event()
         self.watch = ScvWatch(client, node, self.state, self.wake, self.stopping, watch_timeout)
         self.writer = ScvWriter(client, node, self.state, self.counters)
         self.condition = NodeCondition(client, node, self.counters) if node_condition else None
@@ -94,6 +114,19 @@ class Agent:
         self.last_tick_at = None      # time.monotonic() of the last tick that ended
         self._reload = None           # a function that applies a new configuration, set by SIGHUP
         self._xid_waiter = None
+
+    def configure(self, config):
+        """The reloadable settings of ``config`` (an agent.config.Config), into each part: at start and at SIGHUP."""
+        self.default_interval_ms = config["default-interval"]
+        self.dcgm_series = chosen_series(config)
+        # What no series serves is not read: the energy alone costs 4.3 ms a GPU on an H100.
+        self.session.static_refresh_s = config["static-refresh"]
+        self.session.slow.configure(config["counters-interval"], metrics.served_fields(self.dcgm_series))
+        self.watch.configure(config["watch-timeout"])
+        self.xid_policy.configure(config["xid-actions"], config["xid-hold"])
+        self.pods.configure(config["pod-resources-interval"])
+        if self.readings.shares is not None:
+            self.readings.shares.configure(config["pod-utilization"])
 
     # ------------------------------------------------------------------ loop
 
@@ -112,11 +145,9 @@ class Agent:
         LOG.info("publishing Scv %s to %s", self.node, self.client.server)
         self._xid_waiter = XidWaiter(self.session, self.counters, self.wake, self.stopping)
         self._xid_waiter.start()
-        if self.pods is not None:
-            self.readings.pods = self.pods
-            self.pods.start()
-            if self.pod_metadata is not None:
-                self.pod_metadata.start()
+        self.pods.start()
+        if self.pod_metadata is not None:
+            self.pod_metadata.start()
         ready = False
         while not self.stopping.is_set():
             self.wake.clear()
@@ -189,7 +220,7 @@ class Agent:
             LOG.info("the API server answers again")
         self.failures = 0
         # The Scv was written, or found current: the held object is current only while the watch reaches the server.
-        if getattr(getattr(self.client, "contact", None), "failing_since", None) is None:
+        if self.client.contact.failing_since is None:
             self.published_at = time.time()
         self.watch.ensure()
         return self._ticked(self.interval_s())
@@ -208,18 +239,17 @@ class Agent:
             scv_agent_api_requests=self.client.requests,
             scv_agent_api_throttled=self.client.limiter.throttled,
             scv_agent_api_throttled_seconds=self.client.limiter.waited_s,
-            scv_agent_credential_reloads=getattr(self.client, "reloads", 0),
+            scv_agent_credential_reloads=self.client.reloads,
             scv_agent_nvml_inits=self.session.inits,
             scv_agent_nvml_static_reads=self.session.static_reads,
             scv_agent_nvml_counter_reads=self.session.slow.reads,
             scv_agent_nvml_seconds=self.readings.seconds,
             scv_agent_nvml_scrape_reads=self.readings.scrape_reads,
-            scv_agent_api_failures=getattr(getattr(self.client, "contact", None), "failed_total", 0),
+            scv_agent_api_failures=self.client.contact.failed_total,
         )
         cards = (facts or {}).get("cardList") or []
-        pods = None if self.pods is None else self.pods.by_card(cards)
-        instance_pods = None if self.pods is None else self.pods.by_instance(cards)
-        values.update({} if self.pods is None else self.pods.counters())
+        pods, instance_pods = self.pods.by_card(cards), self.pods.by_instance(cards)
+        values.update(self.pods.counters())
         metadata = self.pod_metadata if pods is not None else None
         values.update({} if metadata is None else metadata.counters())
         shares = self.readings.shares
@@ -229,11 +259,11 @@ class Agent:
                 "served": self.dcgm_series, "pods": pods, "contested": self.writer.contest.contested(),
                 "shares": None if shares is None else shares.last, "instances": self.readings.instances,
                 "instance_pods": instance_pods,
-                "instance_replicas": None if self.pods is None else self.pods.replicas_by_instance(cards),
-                "dra": None if self.pods is None else self.pods.dra_labels(cards),
+                "instance_replicas": self.pods.replicas_by_instance(cards),
+                "dra": self.pods.dra_labels(cards),
                 "pod_extra": None if metadata is None else metadata.extra(pods, instance_pods),
                 "lost": self.session.lost.last, "published_at": self.published_at,
-                "api_failures_in_a_row": getattr(getattr(self.client, "contact", None), "failures", 0),
+                "api_failures_in_a_row": self.client.contact.failures,
                 "critical_xids": {card.get("id"): self.xid_policy.critical(self.session.xids, card.get("id"), now)
                                   for card in cards}}
 
@@ -247,6 +277,4 @@ class Agent:
         if age > grace:
             return False, "no tick for %.0f s (more than %.0f s)" % (age, grace)
         # A tick writes only what changed: the API server's state comes from every request, the watch's too.
-        contact = getattr(self.client, "contact", None)
-        api = "%d API failures in a row" % self.failures if contact is None else contact.describe()
-        return True, "last tick %.1f s ago; %s" % (age, api)
+        return True, "last tick %.1f s ago; %s" % (age, self.client.contact.describe())

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import threading
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config as configuration
-from ansible_collections.scv.gpu.plugins.module_utils.agent import metrics
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_metadata import PodMetadata
-from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import PodAttribution
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import NoPods, PodAttribution
 from ansible_collections.scv.gpu.plugins.module_utils.agent.shares import PodShares
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
 from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
@@ -34,61 +34,44 @@ LOG = logging.getLogger("scv-gpu-agent")
 
 
 def build(config, notify):
-    """The Agent the configuration describes; ApiError when a kubeconfig cannot be used."""
+    """The Agent the configuration describes, every part made here and handed to it, and configured; ApiError
+    when a kubeconfig cannot be used."""
     limits = {"timeout": config["request-timeout"], "qps": config["api-qps"], "burst": config["api-burst"]}
-    client = RestClient.from_file(config["kubeconfig"], resource=SCV, **limits)
-    client.status_manager = ("%s-agent@%s" % (FIELD_MANAGER, socket.gethostname()))[:128]
-    taint_client = None
-    if config["taint-kubeconfig"]:
-        taint_client = RestClient.from_file(config["taint-kubeconfig"], resource=NODE, **limits)
-    session = Session(static_refresh_s=config["static-refresh"], counters_interval_s=config["counters-interval"])
-    session.slow.on_demand = bool(config["metrics-address"])   # the costly counters at most once per scrape
+    client = RestClient.from_file(config["kubeconfig"], resource=SCV, **limits,
+                                  status_manager=("%s-agent@%s" % (FIELD_MANAGER, socket.gethostname()))[:128])
+    taint_client = RestClient.from_file(config["taint-kubeconfig"], resource=NODE, **limits) \
+        if config["taint-kubeconfig"] else None
+    # with metrics served, the costly counters are read at most once per scrape (on demand)
+    session = Session(static_refresh_s=config["static-refresh"], counters_interval_s=config["counters-interval"],
+                      on_demand=bool(config["metrics-address"]))
+    stopping = threading.Event()
+    pods, pod_metadata, shares = _pod_parts(config, client, stopping)
     agent = Agent(client, config["node-name"], session,
                   default_interval_ms=config["default-interval"], watch_timeout=config["watch-timeout"],
                   metrics=bool(config["metrics-address"]),
                   xid_policy=XidPolicy(config["xid-actions"], config["xid-hold"]),
-                  node_condition=config["node-condition"], taint_client=taint_client, notify=notify)
-    if config["pod-resources-socket"]:
-        agent.pods = PodAttribution(config["pod-resources-socket"], config["pod-resources-interval"], agent.stopping,
-                                    id_type=config["kubernetes-gpu-id-type"])
-        if config["kubernetes-enable-pod-uid"] or config["kubernetes-enable-pod-labels"]:
-            agent.pod_metadata = PodMetadata(client, config["node-name"], agent.pods, agent.stopping,
-                                             uid=config["kubernetes-enable-pod-uid"],
-                                             labels=config["kubernetes-enable-pod-labels"],
-                                             patterns=config["kubernetes-pod-label-allowlist-regex"],
-                                             logs_dir=config["pod-logs-dir"])
-        agent.readings.shares = PodShares(agent.pods, config["pod-logs-dir"])
-        agent.readings.shares.utilization = config["pod-utilization"]
-    elif config["kubernetes-enable-pod-uid"] or config["kubernetes-enable-pod-labels"]:
-        LOG.warning("kubernetes-enable-pod-uid and kubernetes-enable-pod-labels label the series of the GPUs pods "
-                    "hold: without pod-resources-socket no pod is known to hold one, and they do nothing")
+                  node_condition=config["node-condition"], taint_client=taint_client, notify=notify,
+                  pods=pods, pod_metadata=pod_metadata, shares=shares, stopping=stopping)
+    agent.configure(config)
     return agent
 
 
-def apply(agent, config):
-    """Puts the reloadable settings of ``config`` into a running agent."""
-    configuration.apply_log_level(config["log-level"])
-    agent.default_interval_ms = config["default-interval"]
-    agent.watch.timeout = config["watch-timeout"]
-    agent.session.static_refresh_s = config["static-refresh"]
-    agent.session.slow.interval_s = config["counters-interval"]
-    agent.dcgm_series = None
-    if config.counters is not None:   # read and checked once, by configuration.load
-        agent.dcgm_series, unknown = config.counters
-        if unknown:
-            LOG.warning("%s names series this agent does not serve (left out): %s", config["counters-file"],
-                        ", ".join(unknown))
-        if not agent.dcgm_series:
-            LOG.warning("%s names no series this agent serves: no DCGM series is served (name some, or leave "
-                        "counters-file empty to serve every one)", config["counters-file"])
-    # What no series serves is not read: the energy alone costs 4.3 ms a GPU on an H100.
-    agent.session.slow.wanted = metrics.served_fields(agent.dcgm_series)
-    agent.xid_policy.actions = dict(config["xid-actions"])
-    agent.xid_policy.hold_s = config["xid-hold"]
-    if agent.pods is not None:
-        agent.pods.interval_s = config["pod-resources-interval"]
-    if agent.readings.shares is not None:
-        agent.readings.shares.utilization = config["pod-utilization"]
+def _pod_parts(config, client, stopping):
+    """(pod attribution, pod metadata, shares) as the configuration asks for them: from the kubelet's
+    pod-resources socket, or none (NoPods, None, None)."""
+    wants_metadata = config["kubernetes-enable-pod-uid"] or config["kubernetes-enable-pod-labels"]
+    if not config["pod-resources-socket"]:
+        if wants_metadata:
+            LOG.warning("kubernetes-enable-pod-uid and kubernetes-enable-pod-labels label the series of the GPUs "
+                        "pods hold: without pod-resources-socket no pod is known to hold one, and they do nothing")
+        return NoPods(), None, None
+    pods = PodAttribution(config["pod-resources-socket"], config["pod-resources-interval"], stopping,
+                          id_type=config["kubernetes-gpu-id-type"])
+    pod_metadata = PodMetadata(client, config["node-name"], pods, stopping,
+                               uid=config["kubernetes-enable-pod-uid"], labels=config["kubernetes-enable-pod-labels"],
+                               patterns=config["kubernetes-pod-label-allowlist-regex"],
+                               logs_dir=config["pod-logs-dir"]) if wants_metadata else None
+    return pods, pod_metadata, PodShares(pods, config["pod-logs-dir"])
 
 
 class Reloader:
@@ -112,7 +95,8 @@ class Reloader:
         later = [name for name in changed if not configuration.reloadable(name)]
         for name in later:   # kept as they are until the next start
             new.values[name], new.sources[name] = self.config.values[name], self.config.sources[name]
-        apply(self.agent, new)
+        configuration.apply_log_level(new["log-level"])
+        self.agent.configure(new)
         # A reload is also how an operator (or the mig_layout role) says the GPUs changed under the agent,
         # or that its credentials did: the kubeconfig and the files it names are read again now.
         self.agent.session.refresh_static()
@@ -175,7 +159,6 @@ def main(argv=None):
     except ApiError as error:
         LOG.error("%s", error)
         return 2
-    apply(agent, config)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     reloader = Reloader(agent, flags, config)

@@ -93,6 +93,35 @@ def _sort_key(number):
     return (0, int(number), "") if number.isdigit() else (1, 0, number)
 
 
+class NoPods:
+    """The pod attribution of an agent without the kubelet's pod-resources socket: no pod is known to hold a GPU,
+    so no series names one (``None`` where a PodAttribution answers what it knows)."""
+
+    def start(self):
+        """Nothing to follow."""
+
+    def configure(self, interval_s):
+        """Nothing to ask the kubelet, at any interval."""
+
+    def learn(self, cards, mig_devices, generation=0, placements=None):
+        """Nothing to resolve."""
+
+    def counters(self):
+        return {}
+
+    def by_card(self, cards):
+        return None
+
+    def by_instance(self, cards):
+        return None
+
+    def dra_labels(self, cards):
+        return None
+
+    def replicas_by_instance(self, cards):
+        return None
+
+
 class PodAttribution(threading.Thread):
     """Keeps ``holders`` (see ``device_holders``) current from the kubelet's pod-resources socket."""
 
@@ -115,6 +144,10 @@ class PodAttribution(threading.Thread):
         self._learnt = None       # what the local IDs were learnt from (see learn)
         self._learn_problem = None
         self._lock = threading.Lock()
+
+    def configure(self, interval_s):
+        """How often the kubelet is asked, from the next question on."""
+        self.interval_s = interval_s
 
     def run(self):
         # the first answer waits for this node's device IDs (up to an interval), so that it is never read whole

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 
+from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import NoPods
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import TELEMETRY_FIELDS
 
 LOG = logging.getLogger("scv-gpu-agent")
@@ -29,12 +30,12 @@ TELEMETRY_KEYS = ("temperature", "gpuUtilization", "memoryUtilization", "powerDr
 class Readings:
     """The agent's reads of ``session``; ``metrics`` says whether anyone reads more than the Scv needs."""
 
-    def __init__(self, session, xid_policy, metrics=False):
+    def __init__(self, session, xid_policy, metrics=False, pods=None, shares=None):
         self.session = session
         self.xid_policy = xid_policy
         self.metrics = metrics
-        self.pods = None           # an agent.pod_attribution.PodAttribution: its MIG devices are resolved here
-        self.shares = None         # an agent.shares.PodShares: shared GPUs' processes are read at scrapes
+        self.pods = pods or NoPods()   # an agent.pod_attribution.PodAttribution: its MIG devices are resolved here
+        self.shares = shares       # an agent.shares.PodShares, or None: shared GPUs' processes are read at scrapes
         self.seconds = 0.0         # spent reading NVML, ticks and scrapes
         self.scrape_reads = 0
         self._facts = None
@@ -95,10 +96,9 @@ class Readings:
                 LOG.warning("NVML initialised anew: %s", self.session.last_reinit_reason)
             self._keep_telemetry(facts.get("cardList") or [], "telemetry" in subsets)
             self.xid_policy.apply(facts, self.session.xids, self.session.clock())
-            if self.pods is not None:
-                cards = facts.get("cardList") or []
-                self.pods.learn(cards, lambda: self.session.mig.devices(self.session, cards), self.session.static_reads,
-                                lambda: self.session.mig.placements(self.session, cards))
+            cards = facts.get("cardList") or []
+            self.pods.learn(cards, lambda: self.session.mig.devices(self.session, cards), self.session.static_reads,
+                            lambda: self.session.mig.placements(self.session, cards))
             self._facts = facts
             return facts
 

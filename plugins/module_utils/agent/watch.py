@@ -117,6 +117,10 @@ class ScvWatch:
         self.watch_list = True       # the server sends the object first when a watch starts from none
         self._thread = None
 
+    def configure(self, timeout):
+        """The seconds each watch request lasts, from the next one on."""
+        self.timeout = timeout
+
     def ensure(self):
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._forever, name="scv-watch", daemon=True)

@@ -86,6 +86,10 @@ class XidPolicy:
         self.actions = dict(actions or {})
         self.hold_s = hold_s
 
+    def configure(self, actions, hold_s):
+        """The site's actions per XID and the hold, from the next tick on."""
+        self.actions, self.hold_s = dict(actions or {}), hold_s
+
     def reasons(self, log, index, now):
         """The health reasons of card ``index`` from ``log``; XIDs older than the hold are dropped from it."""
         records = log.kept(index, newer_than=now - self.hold_s if self.hold_s else None)

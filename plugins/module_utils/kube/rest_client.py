@@ -21,12 +21,12 @@ class RestClient(RestTransport):
     """
 
     def __init__(self, kubeconfig, base_dir=".", timeout=10.0, path=None, resource=NODE, qps=DEFAULT_QPS,
-                 burst=DEFAULT_BURST):
+                 burst=DEFAULT_BURST, status_manager=FIELD_MANAGER):
         super().__init__(kubeconfig, base_dir, timeout, path, qps, burst)
         self.resource = resource
         # The field manager of status writes: the agent names its host, so that the managedFields of an
         # object two agents write tell them apart (see agent.scv_writer).
-        self.status_manager = FIELD_MANAGER
+        self.status_manager = status_manager
 
     def _object(self, method, verb, name, body=None, subresource=None, missing=NO_DEFAULT, check_mode=False,
                 what=None, **options):

@@ -121,12 +121,13 @@ def fabric_reasons(card):
 
 
 class FabricChecks:
-    """When a long-lived session asks each card's fabric again: every ``interval_s`` and after an XID of
-    any card; between, it reuses what it read (a fabric read is an NVML call per NVLink). Used as the
-    session's ``SettledChecks`` is: ``start`` at each read, then ``reuse`` and ``read`` per card."""
+    """When a long-lived session asks each card's fabric again: every ``interval()`` seconds (the costly
+    counters' interval, as it is now) and after an XID of any card; between, it reuses what it read (a fabric
+    read is an NVML call per NVLink). Used as the session's ``SettledChecks`` is: ``start`` at each read,
+    then ``reuse`` and ``read`` per card."""
 
-    def __init__(self, interval_s):
-        self.interval_s = interval_s
+    def __init__(self, interval):
+        self.interval = interval
         self._kept = {}   # card index -> (clock, XIDs seen, the fabric facts)
         self._now = self._xids = None
 
@@ -136,7 +137,7 @@ class FabricChecks:
     def reuse(self, index):
         """Card ``index``'s fabric facts to reuse, or None: ask them."""
         kept = self._kept.get(index)
-        if kept is None or kept[1] != self._xids or self._now - kept[0] >= self.interval_s:
+        if kept is None or kept[1] != self._xids or self._now - kept[0] >= self.interval():
             return None
         return kept[2]
 

@@ -155,7 +155,7 @@ class Session:
     """
 
     def __init__(self, static_refresh_s=600.0, max_lost_backoff_s=300.0, clock=None,
-                 counters_interval_s=DEFAULT_INTERVAL_S):
+                 counters_interval_s=DEFAULT_INTERVAL_S, on_demand=False):
         self.static_refresh_s = static_refresh_s
         self.max_lost_backoff_s = max_lost_backoff_s
         self.clock = clock or time.monotonic
@@ -164,14 +164,14 @@ class Session:
         self._wanted = threading.Event()      # the reader waits for the lock: the waiter lets it have it
         self._open = threading.Event()        # NVML is initialised (the waiter waits for it before its first wait)
         self._events = XidEvents()
-        self.slow, self.mig = SlowReadings(self.clock, counters_interval_s), MigInstances()   # mig: read at scrapes
+        self.slow, self.mig = SlowReadings(self.clock, counters_interval_s, on_demand), MigInstances()   # mig: scrapes
         self.inits, self.static_reads = 0, 0    # successful nvmlInit calls; static readings (re)started
         self.last_reinit_reason = self._system = None
         self._handles, self._uuids = [], []
         self._static, self._static_at = {}, 0.0
         self._check_system, self._checked_at = False, 0.0   # ask the GPU count and driver version at once; when
         self.lost = LostCards(self.xids)
-        self._settled, self._fabric = SettledChecks(), FabricChecks(counters_interval_s)
+        self._settled, self._fabric = SettledChecks(), FabricChecks(lambda: self.slow.interval_s)
 
     # -------------------------------------------------------------- public
 

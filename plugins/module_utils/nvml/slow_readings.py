@@ -39,6 +39,10 @@ class SlowReadings:
         self._kept = {}
         self._gpm = gpm.GpmActivity()
 
+    def configure(self, interval_s, wanted=None):
+        """How often they are read (the fabric follows), and which of their fact keys someone serves (None: all)."""
+        self.interval_s, self.wanted = interval_s, wanted
+
     def due(self):
         """Whether this read takes them (and starts a new interval if so)."""
         now = self.clock()

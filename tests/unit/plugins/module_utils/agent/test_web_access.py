@@ -15,6 +15,7 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent import server, web_a
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.web_access import Authenticator, parse_basic
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.session import Session
+from harness.agent_samples import QuietClient
 from harness.tls_certs import TestPki, bcrypt_hash
 
 
@@ -107,7 +108,7 @@ def endpoint(pki, tmp_path, monkeypatch):
                     "  client_auth_type: RequireAndVerifyClientCert\nbasic_auth_users:\n  prometheus: '%s'\n"
                     "http_server_config:\n  headers:\n    X-Frame-Options: deny\n"
                     % (pki.server[0], pki.server[1], pki.ca, bcrypt_hash("pw")))
-    agent = Agent(type("NoClient", (), {"server": "https://127.0.0.1:1", "requests": 0})(), "gpu-1", Session(),
+    agent = Agent(QuietClient(), "gpu-1", Session(),
                   node_condition=False)
     bound = server.serve(agent, "127.0.0.1", 0, web_config.load(str(path)))
     bound.test_agent = agent
