@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.scv.gpu.plugins.module_utils.node import dra
 
 
@@ -37,6 +35,9 @@ def scv_gpu_dra_driver_problems(checks):
     """["node N: problem; what to do", ...] from what the role read of the node, the host and the API."""
     problem = contract_problem(checks)
     if problem:
+        # Imported here: ansible.errors is controller code, and importing it turns a module run in the same
+        # process (the tests run modules in-process) into a controller whose warnings go to the display.
+        from ansible.errors import AnsibleFilterError  # pylint: disable=import-outside-toplevel
         raise AnsibleFilterError(problem)
     name = checks["node_name"]
     label = dra.label_problem(checks["node"], checks["stack"]) if checks["check_label"] else None

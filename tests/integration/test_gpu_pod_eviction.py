@@ -16,7 +16,7 @@ import time
 import pytest
 
 from harness.control_plane import read_object
-from harness.dra_host import DraHost, node_object, publish_slice, put_node, suffix
+from harness.dra_host import DraHost, node_object, publish_slice, publish_status, put_node, suffix
 
 SCENARIO = "gb200_nvl_x4"
 MARK = "scv.gpu/cordoned-by"
@@ -78,8 +78,9 @@ def make_allocated_claim(plane, node, name):
 
 class Kubelet(threading.Thread):
     """Stands in for the node's kubelet: deletes each pod the API server marked for deletion a second after it saw
-    the mark (its containers stopping), noting the node's stack label then; once the node is labelled dra, publishes
-    its ResourceSlice as the DRA plugin does."""
+    the mark (its containers stopping), noting the node's stack label then; once the node is labelled dra, reports
+    no allocatable nvidia.com/gpu (the device plugin's pod has gone) and publishes its ResourceSlice as the DRA
+    plugin does."""
 
     STOPPING_S = 1.0
 
@@ -102,6 +103,7 @@ class Kubelet(threading.Thread):
                                        "--force", check=False)
             labels = node_object(self.plane, self.node)["metadata"].get("labels") or {}
             if not published and labels.get("scv.gpu/gpu-stack") == "dra":
+                publish_status(self.plane, self.node, {"allocatable": {"nvidia.com/gpu": "0"}})
                 publish_slice(self.plane, self.node)
                 published = True
 

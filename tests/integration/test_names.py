@@ -75,7 +75,7 @@ def test_a_role_refuses_a_bad_node_name_as_its_first_task(ansible, tmp_path, rol
     done = ansible.playbook(str(playbook), None, "--check")
     assert done.returncode != 0
     assert "%s: 'gpu-7/status' is not a Kubernetes node name" % variable in done.stdout
-    assert "nothing was changed" in done.stdout
+    assert "Nothing was changed." in done.stdout
     recap = done.stdout.split("PLAY RECAP")[1]
     assert "changed=0" in recap and "failed=1" in recap   # after the argument spec, the first task
 
@@ -151,7 +151,6 @@ def test_a_role_names_every_bad_variable_at_once_before_any_change(ansible, tmp_
     assert done.returncode != 0
     output = " ".join(done.stdout.split())
     assert all(part in output for part in expected), output
-    assert output.count("Nothing was changed.") == 1, output
     recap = done.stdout.split("PLAY RECAP")[1]
     assert "changed=0" in recap and "failed=1" in recap and "ok=1" in recap   # the argument spec, then this
 

@@ -146,3 +146,17 @@ def test_the_role_hands_the_filter_exactly_its_keys():
         if found and re.search(r"[{,]\s*$", body[:index]):
             top.append(found.group(1))
     assert sorted(top) == sorted(KEYS)
+
+
+def test_importing_the_filter_leaves_a_module_run_in_the_same_process_a_module():
+    """test_dra_cdi_containerd2 imports this filter beside modules run in-process: ansible.errors, imported at
+    load time, would make the process a controller, whose module warnings go to the display, not the result."""
+    import subprocess
+    import sys
+
+    probe = ("from ansible.module_utils import _internal\n"
+             "import ansible_collections.scv.gpu.plugins.filter.dra_driver_problems\n"
+             "print(_internal.is_controller)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          env={"PYTHONPATH": ":".join(sys.path)})
+    assert done.stdout.strip() == "False"

@@ -224,7 +224,7 @@ def test_the_log_says_once_that_the_node_is_missing_and_once_that_it_came(clock,
     api = Api()
     node, api.node = api.node, None
     health = NodeCondition(api, "gpu-1", Counters())
-    for _ in range(3):
+    for _tick in range(3):
         health.update(HEALTHY)
         clock[0] += NODE_LOOKUP_S
     api.node = node
