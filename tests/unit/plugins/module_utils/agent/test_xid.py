@@ -16,8 +16,8 @@ from harness.paths import ROOT
 
 
 def plugin_ignored_xids():
-    """The XIDs NVIDIA's device plugin keeps a device healthy for (tests/fixtures/device-plugin)."""
-    text = (ROOT / "tests" / "fixtures" / "device-plugin" / "health-ignored-xids.txt").read_text()
+    """The XIDs NVIDIA's device plugin keeps a device healthy for (tests/fixtures/device-plugin-health)."""
+    text = (ROOT / "tests" / "fixtures" / "device-plugin-health" / "ignored-xids.txt").read_text()
     return {int(line) for line in text.splitlines() if line and not line.startswith("#")}
 
 
