@@ -79,10 +79,10 @@ class PodShares:
         self.last = {}
         self._unnamed = None              # the pod UIDs last warned about
 
-
     def configure(self, utilization):
         """Whether the utilization is split per pod too (the agent's pod-utilization), not only the memory."""
         self.utilization = utilization
+
     def shared(self, cards):
         """{card id: {(pod, namespace, container): vgpu}} of the shared cards: held by more than one container, or
         through replicas; vgpu is "" for a container that holds the GPU whole."""

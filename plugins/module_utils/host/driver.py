@@ -293,7 +293,7 @@ def _rhel_signed(distribution, release, architecture, branch, version, flavour, 
                         "another way, or run RHEL %d.%d or later. Nothing has been changed."
                         % ((EL_EXTENSIONS_REPOSITORY,) + EL_SIGNED_KMODS_SINCE
                            + (distribution, release, architecture or "an unknown architecture",
-                              str(release).split(".")[0]) + EL_SIGNED_KMODS_SINCE))
+                              str(release).split(".", maxsplit=1)[0]) + EL_SIGNED_KMODS_SINCE))
     if flavour != "open":
         raise PlanError("Red Hat's signed kmod-nvidia on RHEL 10 is NVIDIA's open kernel modules only, and this "
                         "host gets the proprietary ones (%s): %s. Nothing has been changed."

@@ -151,7 +151,8 @@ def test_rhel_10_1_gets_red_hats_signed_kmods_from_its_extensions_repository():
     assert got["signed_modules"] and got["kernel_modules"] == "open"
     # signed by Red Hat: Secure Boot needs no key of the host's own
     assert plan(**RHEL10, secure_boot=True, signing_key_enrolled=False)["signed_modules"]
-    assert plan(**dict(RHEL10, distribution_version="10.2"))["dnf_repository"] == "rhel-10-for-x86_64-extensions-rpms"
+    later = {**RHEL10, "distribution_version": "10.2"}
+    assert plan(**later)["dnf_repository"] == "rhel-10-for-x86_64-extensions-rpms"
     # EL 8 and 9 stay on the CUDA repository's module streams
     assert plan(**RHEL9)["dnf_repository"] == "cuda"
 
