@@ -472,6 +472,6 @@ def test_the_role_refuses_a_bad_node_name_with_the_modules_rule_before_any_chang
     assert done.returncode != 0
     assert ("scv_publish_node_name of host localhost: %r is not a Kubernetes node name: lower-case letters" % name
             in done.stdout), done.stdout
-    assert "nothing was changed" in done.stdout
+    assert "Nothing was changed." in done.stdout
     for resource, counts in before.items():
         assert api_requests.delta(counts, api_requests.snapshot(resource)) == {}, resource
