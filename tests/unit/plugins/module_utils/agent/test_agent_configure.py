@@ -3,6 +3,8 @@ at SIGHUP), through the part's own configure."""
 
 from __future__ import annotations
 
+import threading
+
 from ansible_collections.scv.gpu.plugins.module_utils.agent import config
 from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import Agent
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import NoPods, PodAttribution
@@ -22,10 +24,10 @@ def test_every_reloadable_setting_reaches_its_part(tmp_path, caplog):
     settings = load("--default-interval", "2500", "--watch-timeout", "45", "--static-refresh", "120",
                     "--counters-interval", "90", "--xid-action", "79=none", "--xid-hold", "30",
                     "--pod-resources-interval", "7", "--pod-utilization", "true", "--counters-file", str(counters))
-    agent = Agent(QuietClient(), "gpu-1", Session(), node_condition=False)
-    pods = PodAttribution("/nonexistent.sock", 1.0, agent.stopping)
+    stopping = threading.Event()
+    pods = PodAttribution("/nonexistent.sock", 1.0, stopping)
     agent = Agent(QuietClient(), "gpu-1", Session(), node_condition=False, pods=pods,
-                  shares=PodShares(pods, str(tmp_path)), stopping=agent.stopping)
+                  shares=PodShares(pods, str(tmp_path)), stopping=stopping)
     agent.configure(settings)
     assert agent.default_interval_ms == 2500 and agent.watch.timeout == 45
     assert agent.session.static_refresh_s == 120 and agent.session.slow.interval_s == 90
@@ -33,7 +35,7 @@ def test_every_reloadable_setting_reaches_its_part(tmp_path, caplog):
     assert agent.dcgm_series == {"DCGM_FI_DEV_GPU_TEMP"} and agent.session.slow.wanted == {"temperature"}
     assert (agent.xid_policy.actions, agent.xid_policy.hold_s) == ({79: "none"}, 30)
     assert agent.pods.interval_s == 7 and agent.readings.shares.utilization is True
-    assert agent.readings.pods is pods                      # the readings resolve MIG devices through the same one
+    assert agent.readings.pods is pods and agent.stopping is stopping   # one attribution, one stopping event
     assert "names series this agent does not serve (left out): DCGM_FI_NOT_A_SERIES" in caplog.text
 
 
