@@ -64,20 +64,28 @@ def test_the_agent_refuses_a_bad_node_name_from_the_environment(agent_command, m
     assert "node-name from the default: 'GPU_Node_7' cannot be used" in done.stderr
 
 
+def refused_at_first(ansible, tmp_path, role, variables):
+    """The output (whitespace folded) of ``role`` run in check mode with ``variables``, which its first task after
+    the argument spec must refuse, changing nothing."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
+                                     "roles": [{"role": "scv.gpu.%s" % role, "vars": variables}]}]))
+    done = ansible.playbook(str(playbook), None, "--check")
+    assert done.returncode != 0
+    output = " ".join(done.stdout.split())
+    assert "Nothing was changed." in output, output
+    recap = done.stdout.split("PLAY RECAP")[1]
+    assert "changed=0" in recap and "failed=1" in recap and "ok=1" in recap   # the argument spec, then this
+    return output
+
+
 @pytest.mark.every_ansible_line
 @pytest.mark.parametrize("role, variable", [("scv_agent", "scv_agent_node_name"),
                                             ("mig_layout", "mig_layout_node_name"),
                                             ("device_plugin", "device_plugin_node_name")])
 def test_a_role_refuses_a_bad_node_name_as_its_first_task(ansible, tmp_path, role, variable):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
-                                     "roles": [{"role": "scv.gpu.%s" % role, "vars": {variable: "gpu-7/status"}}]}]))
-    done = ansible.playbook(str(playbook), None, "--check")
-    assert done.returncode != 0
-    assert "%s: 'gpu-7/status' is not a Kubernetes node name" % variable in done.stdout
-    assert "Nothing was changed." in done.stdout
-    recap = done.stdout.split("PLAY RECAP")[1]
-    assert "changed=0" in recap and "failed=1" in recap   # after the argument spec, the first task
+    output = refused_at_first(ansible, tmp_path, role, {variable: "gpu-7/status"})
+    assert "%s: 'gpu-7/status' is not a Kubernetes node name" % variable in output
 
 
 @pytest.mark.parametrize("variable, value, expected", [
@@ -88,14 +96,8 @@ def test_a_role_refuses_a_bad_node_name_as_its_first_task(ansible, tmp_path, rol
 ])
 def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansible, tmp_path, variable, value,
                                                                           expected):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "roles": [
-        {"role": "scv.gpu.scv_agent", "vars": {variable: value, "scv_agent_node_name": "node-a"}}]}]))
-    done = ansible.playbook(str(playbook), None, "--check")
-    assert done.returncode != 0
-    assert "%s: %s is out of range; %s. Nothing was changed." % (variable, value, expected) in \
-        " ".join(done.stdout.split())
-    assert "changed=0" in done.stdout.split("PLAY RECAP")[1]
+    output = refused_at_first(ansible, tmp_path, "scv_agent", {variable: value, "scv_agent_node_name": "node-a"})
+    assert "%s: %s is out of range; %s. Nothing was changed." % (variable, value, expected) in output
 
 
 @pytest.mark.every_ansible_line
@@ -119,16 +121,8 @@ def test_the_agent_role_refuses_an_out_of_range_setting_before_installing(ansibl
      "nvidia_driver_allocatable_timeout: -3 is out of range"),
 ])
 def test_every_role_refuses_an_out_of_range_number_before_any_change(ansible, tmp_path, role, variables, expected):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
-                                     "roles": [{"role": "scv.gpu.%s" % role, "vars": variables}]}]))
-    done = ansible.playbook(str(playbook), None, "--check")
-    assert done.returncode != 0
-    output = " ".join(done.stdout.split())
+    output = refused_at_first(ansible, tmp_path, role, variables)
     assert expected in output, output
-    assert "Nothing was changed." in output
-    recap = done.stdout.split("PLAY RECAP")[1]
-    assert "changed=0" in recap and "failed=1" in recap and "ok=1" in recap   # the argument spec, then this
 
 
 @pytest.mark.parametrize("role, variables, expected", [
@@ -144,15 +138,8 @@ def test_every_role_refuses_an_out_of_range_number_before_any_change(ansible, tm
 ])
 def test_a_role_names_every_bad_variable_at_once_before_any_change(ansible, tmp_path, role, variables, expected):
     """A run with several bad variables says all of them, in one task, not one per run."""
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
-                                     "roles": [{"role": "scv.gpu.%s" % role, "vars": variables}]}]))
-    done = ansible.playbook(str(playbook), None, "--check")
-    assert done.returncode != 0
-    output = " ".join(done.stdout.split())
+    output = refused_at_first(ansible, tmp_path, role, variables)
     assert all(part in output for part in expected), output
-    recap = done.stdout.split("PLAY RECAP")[1]
-    assert "changed=0" in recap and "failed=1" in recap and "ok=1" in recap   # the argument spec, then this
 
 
 @pytest.mark.parametrize("variables, expected", [

@@ -131,7 +131,7 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
     flavour, problems = gpu_architecture.kernel_modules(list(gpus or ()), kernel_modules, wanted_branch)
     if problems:
         raise PlanError("%s. Nothing has been changed." % "; ".join(problems))
-    opened = flavour == "open"
+    opened, why = flavour == "open", _why(kernel_modules, flavour, gpus or ())
     if distribution == "Debian":
         result = _debian(kernel, branch, version, opened)
     elif distribution == "Ubuntu":
@@ -140,7 +140,7 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
         result = _redhat(str(major_version), kernel, branch, version, opened)
     elif os_family == "RedHat":
         result = _rhel_signed(distribution, distribution_version or str(major_version), architecture,
-                              branch, version, flavour, _why(kernel_modules, flavour, gpus or ()))
+                              branch, version, flavour, why)
     else:
         raise PlanError("nvidia_driver supports Debian, Ubuntu and the RHEL family, not %s (%s)"
                         % (distribution, os_family))
@@ -154,7 +154,7 @@ def plan(os_family, distribution, major_version, kernel, branch="", version="",
             % (distribution, result["mok_public_key"]))
     result["blacklist"] = blacklist(kernel)
     result["kernel_modules"] = flavour
-    result["kernel_modules_why"] = _why(kernel_modules, flavour, gpus or ())
+    result["kernel_modules_why"] = why
     return result
 
 
