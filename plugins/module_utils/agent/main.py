@@ -23,7 +23,6 @@ from ansible_collections.scv.gpu.plugins.module_utils.agent.shares import PodSha
 from ansible_collections.scv.gpu.plugins.module_utils.agent.sdnotify import Notifier
 from ansible_collections.scv.gpu.plugins.module_utils.agent.server import serve
 from ansible_collections.scv.gpu.plugins.module_utils.agent import web_config
-from ansible_collections.scv.gpu.plugins.module_utils.agent.xid import XidPolicy
 from ansible_collections.scv.gpu.plugins.module_utils.kube.errors import ApiError
 from ansible_collections.scv.gpu.plugins.module_utils.kube.rest_client import RestClient
 from ansible_collections.scv.gpu.plugins.module_utils.kube.api_resource import FIELD_MANAGER, NODE
@@ -42,17 +41,13 @@ def build(config, notify):
     taint_client = RestClient.from_file(config["taint-kubeconfig"], resource=NODE, **limits) \
         if config["taint-kubeconfig"] else None
     # with metrics served, the costly counters are read at most once per scrape (on demand)
-    session = Session(static_refresh_s=config["static-refresh"], counters_interval_s=config["counters-interval"],
-                      on_demand=bool(config["metrics-address"]))
+    session = Session(on_demand=bool(config["metrics-address"]))
     stopping = threading.Event()
     pods, pod_metadata, shares = _pod_parts(config, client, stopping)
-    agent = Agent(client, config["node-name"], session,
-                  default_interval_ms=config["default-interval"], watch_timeout=config["watch-timeout"],
-                  metrics=bool(config["metrics-address"]),
-                  xid_policy=XidPolicy(config["xid-actions"], config["xid-hold"]),
+    agent = Agent(client, config["node-name"], session, metrics=bool(config["metrics-address"]),
                   node_condition=config["node-condition"], taint_client=taint_client, notify=notify,
                   pods=pods, pod_metadata=pod_metadata, shares=shares, stopping=stopping)
-    agent.configure(config)
+    agent.configure(config)   # the reloadable settings: the interval, timeouts, XID policy, counters, ...
     return agent
 
 
