@@ -1,13 +1,16 @@
 """Writes each role's variables, from its meta/argument_specs.yml, into docs/roles/<role>.md.
 
 The table sits between two markers at the end of the page; the rest of the page is prose kept by
-hand. With --check nothing is written, and the exit status is 1 when a page is not current.
+hand. A page with the series markers gets, between them, the table of the DCGM series the agent
+serves, from plugins/module_utils/nvml/series.py. With --check nothing is written, and the exit
+status is 1 when a page is not current.
 
     tools/role_docs.py [--check]
 """
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import sys
 
@@ -16,6 +19,9 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BEGIN = "<!-- variables: written by tools/role_docs.py from meta/argument_specs.yml; do not edit -->"
 END = "<!-- end of variables -->"
+SERIES_BEGIN = "<!-- series: written by tools/role_docs.py from plugins/module_utils/nvml/series.py; do not edit -->"
+SERIES_END = "<!-- end of series -->"
+SERIES_FILE = ROOT / "plugins" / "module_utils" / "nvml" / "series.py"
 
 
 def _text(value):
@@ -54,9 +60,26 @@ def table(role):
     return "\n".join(lines) + "\n"
 
 
+def series_table():
+    """The series table's rows as a Markdown table (the module holds data only: it is loaded from its file)."""
+    spec = importlib.util.spec_from_file_location("scv_gpu_series", SERIES_FILE)
+    series = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(series)
+    lines = [SERIES_BEGIN, "", "| series | card fact | NVML source | read | help |", "| --- | --- | --- | --- | --- |"]
+    for row in series.SERIES:
+        fact = ".".join(row.fact)
+        unit = "".join(" %s %d" % (sign, number) for sign, number in zip("×÷", row.scale or ()) if number != 1)
+        lines.append("| `%s` | `%s`%s | `%s` | %s | %s |" % (row.name, fact, unit, row.source,
+                                                            series.CADENCES[row.cadence], _text(row.help)))
+    return "\n".join(lines + ["", SERIES_END])
+
+
 def render(page, role):
     text = page.read_text() if page.exists() else "# The `%s` role\n" % role
     head = text.split(BEGIN)[0].rstrip("\n") + "\n\n"
+    if SERIES_BEGIN in head:
+        before, rest = head.split(SERIES_BEGIN, 1)
+        head = before + series_table() + rest.split(SERIES_END, 1)[1]
     return head + table(role)
 
 

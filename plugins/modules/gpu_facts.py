@@ -388,21 +388,15 @@ ansible_facts:
               returned: with the telemetry subset, where the card reports it
               type: int
               sample: 0
-            energyConsumption:
-              description: Energy used since the driver was loaded, mJ.
-              returned: with the counters subset, where the card reports it
-              type: int
-              sample: 2742790
-            pcieReplayCount:
-              description: PCIe replays (retries) since the driver was loaded.
-              returned: with the counters subset, where the card reports it
-              type: int
-              sample: 0
-            nvlinkBandwidthTotal:
-              description: The NVLink traffic counter of all links (counter set 0).
-              returned: with the counters subset, on cards with NVLink
-              type: int
-              sample: 0
+            energyConsumption: {description: "Energy used since the driver was loaded, mJ.", returned: with the
+                counters subset where the card reports it, type: int, sample: 2742790}
+            pcieReplayCount: {description: "PCIe replays (retries) since the driver was loaded.", returned: with the
+                counters subset where the card reports it, type: int, sample: 0}
+            nvlinkBandwidthTotal: {description: "The NVLink traffic counter of all links (counter set 0).", returned: with
+                the counters subset on cards with NVLink, type: int, sample: 0}
+            powerCapThrottling: {description: "Time the power cap held the clocks down since the driver was loaded, ns
+                (nvidia-smi's clocks event reasons counter C(SW Power Capping), in us).", returned: with the counters
+                subset where the card reports it, type: int, sample: 0}
             virtualizationMode:
               description: NVML's virtualization mode (0 none, 1 passthrough, 2 vGPU guest, 3 vGPU host).
               returned: with the counters subset

@@ -105,6 +105,7 @@ def h100_card(i):
         "energyConsumption": 2742790 + 137000 * i,
         "pcieReplayCount": 0,
         "nvlinkBandwidthTotal": 0,
+        "powerCapThrottling": 1000000 * i,   # ns the power cap held the clocks down: i ms
         "fabric": {"state": "completed", "status": "Success", "cliqueId": 0,
                    "clusterUuid": "00000000-0000-0000-0000-000000000000", "healthSummary": "healthy"},
         "nvlink": {"links": 18, "activeLinks": 18, "switchLinks": 18, "speedMBps": 26562, "version": "4.0"},

@@ -11,7 +11,9 @@ import signal
 
 import pytest
 
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.series import SERIES
 from harness.agent import DASHBOARD_QUERIES, DCGM_DEFAULT_COUNTERS, AgentProcess, change_scenario, every_counter
+from harness.scenario_expectations import BY_SCENARIO
 
 
 def test_metrics_carry_per_gpu_gauges(agent):
@@ -64,6 +66,27 @@ def test_an_hgx_h100_node_serves_every_default_counter_a_bare_metal_card_has(age
     served = {name for name in DCGM_DEFAULT_COUNTERS if name in families and len(families[name].samples) == 8}
     assert set(DCGM_DEFAULT_COUNTERS) - served == {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}
     assert {sample.value for sample in families["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].samples} == {0}
+    # every row of the series table whose card fact the scenario's hand-worked expectations hold is served on each
+    # GPU with that value, in DCGM's unit
+    cards, checked = BY_SCENARIO["h100_sxm_x8"]["cardList"], []
+    for row in SERIES:
+        expected = [_fact(card, row.fact) for card in cards]
+        if any(not isinstance(value, (int, float)) for value in expected):
+            continue
+        times, over = row.scale or (1, 1)
+        assert {sample.labels["gpu"]: sample.value for sample in families[row.name].samples} == {
+            str(card["id"]): value * times / over for card, value in zip(cards, expected)}, row.name
+        checked.append(row.name)
+    assert len(checked) >= 25 and "DCGM_FI_DEV_POWER_VIOLATION" in checked, checked
+    # the units, which the loop takes from the table: NVML's ns as DCGM's us
+    power_capped = {sample.labels["gpu"]: sample.value for sample in families["DCGM_FI_DEV_POWER_VIOLATION"].samples}
+    assert power_capped["3"] == 3000
+
+
+def _fact(card, path):
+    for key in path:
+        card = card.get(key) if isinstance(card, dict) else None
+    return card
 
 
 @pytest.mark.parametrize("agent_on_node", [("--counters-interval", "1")], indirect=True)
@@ -110,7 +133,7 @@ def test_a_counters_file_chooses_the_series(access, agent_command, tmp_path):
     counters = tmp_path / "counters.csv"
     counters.write_text("# a site's own list\nDCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
                         "DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
-                        "DCGM_FI_DEV_POWER_VIOLATION, counter, Throttling duration due to power constraints (in ns).\n")
+                        "DCGM_FI_DEV_THERMAL_VIOLATION, counter, Throttling duration due to thermal constraints (in us).\n")
     agent = AgentProcess(agent_command, plane, node, tmp_path, scenario="h100_sxm_x8",
                          extra=("--counters-file", str(counters)))
     try:
@@ -118,7 +141,7 @@ def test_a_counters_file_chooses_the_series(access, agent_command, tmp_path):
         served = {line.split("{")[0] for line in agent.metrics_text().splitlines() if line.startswith("DCGM_")}
         assert served == {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED"}
         log = agent.log.read_text()
-        assert "DCGM_FI_DEV_POWER_VIOLATION" in log and "does not serve" in log
+        assert "DCGM_FI_DEV_THERMAL_VIOLATION" in log and "does not serve" in log
         counters.write_text("# every line left out\n")              # a file naming nothing serves nothing
         agent.process.send_signal(signal.SIGHUP)
         agent.wait_for(lambda: agent.metrics()["scv_agent_reloads_total"] == 1, 10)

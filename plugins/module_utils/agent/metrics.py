@@ -16,61 +16,10 @@ from __future__ import annotations
 import math
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.counters import COUNTERS
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.series import SERIES
 
-# (metric, card field, help): gauges as dcgm-exporter names them, from gpu_facts's card fields.
-DCGM_CARD_GAUGES = (
-    ("DCGM_FI_DEV_GPU_UTIL", ("gpuUtilization",), "GPU utilization (in %)."),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", ("memoryUtilization",), "Memory utilization (in %)."),
-    ("DCGM_FI_DEV_FB_FREE", ("freeMemory",), "Framebuffer memory free (in MiB)."),
-    ("DCGM_FI_DEV_FB_USED", ("usedMemory",), "Framebuffer memory used (in MiB)."),
-    ("DCGM_FI_DEV_FB_RESERVED", ("reservedMemory",), "Framebuffer memory reserved (in MiB)."),
-    ("DCGM_FI_DEV_GPU_TEMP", ("temperature",), "GPU temperature (in C)."),
-    ("DCGM_FI_DEV_POWER_USAGE", ("powerDraw",), "Power draw (in W)."),
-    ("DCGM_FI_DEV_SM_CLOCK", ("smClock",), "SM clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEM_CLOCK", ("memClock",), "Memory clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEMORY_TEMP", ("memoryTemperature",), "Memory temperature (in C)."),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", ("energyConsumption",), "Total energy consumption since boot (in mJ)."),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", ("pcieReplayCount",), "Total number of PCIe retries."),
-    ("DCGM_FI_DEV_ENC_UTIL", ("encoderUtilization",), "Encoder utilization (in %)."),
-    ("DCGM_FI_DEV_DEC_UTIL", ("decoderUtilization",), "Decoder utilization (in %)."),
-    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", ("nvlinkBandwidthTotal",),
-     "Total number of NVLink bandwidth counters for all lanes."),
-    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", ("vgpuLicenseStatus",), "vGPU License status"),
-    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", ("tensorUtilization",),
-     "Ratio of cycles the tensor (HMMA / IMMA) pipe is active (from NVML GPM, Hopper and later)."),
-    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", ("graphicsActivity",), "Ratio of time the graphics engine is active."),
-    ("DCGM_FI_PROF_DRAM_ACTIVE", ("dramActivity",),
-     "Ratio of cycles the device memory interface is active sending or receiving data."),
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", ("pcieTxMiBPerSecond",),
-     "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in "
-     "bytes per second."),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", ("pcieRxMiBPerSecond",),
-     "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in "
-     "bytes per second."),
-    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ("eccErrors", "correctedVolatile"),
-     "Total number of single-bit volatile ECC errors."),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ("eccErrors", "uncorrectedVolatile"),
-     "Total number of double-bit volatile ECC errors."),
-    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", ("eccErrors", "correctedAggregate"),
-     "Total number of single-bit persistent ECC errors."),
-    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", ("eccErrors", "uncorrectedAggregate"),
-     "Total number of double-bit persistent ECC errors."),
-    ("DCGM_FI_DEV_RETIRED_PENDING", ("retiredPagesPending",), "Pages pending retirement (1 when any)."),
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", ("remappedRows", "correctable"),
-     "Number of remapped rows for correctable errors."),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", ("remappedRows", "uncorrectable"),
-     "Number of remapped rows for uncorrectable errors."),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", ("remappedRows", "failed"), "Whether remapping of rows has failed."),
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", ("remappedRows", "pending"), "Whether remapping of rows is pending."),
-    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", ("clockEventReasons",),
-     "Current clock event reasons (bit mask of NVML's clock event reasons: 0x4 power cap, 0x8 hardware "
-     "slowdown, 0x20 software thermal, 0x40 hardware thermal, 0x80 hardware power brake)."),
-    ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", ("recoveryAction",),
-     "GPU recovery action the driver asks for (0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, "
-     "4 drain and reset)."),
-    ("DCGM_FI_DEV_FABRIC_MANAGER_STATUS", ("fabric",),
-     "Fabric Manager status (0 not supported, 1 not started, 2 in progress, 3 success, 4 failure)."),
-)
+# (metric, card field, help): gauges as dcgm-exporter names them, from gpu_facts's card fields (nvml.series).
+DCGM_CARD_GAUGES = tuple((row.name, row.fact, row.help) for row in SERIES)
 
 SCV_CARD_GAUGES = (
     ("scv_gpu_memory_total_mib", "totalMemory", "Total GPU memory in MiB."),
@@ -94,10 +43,8 @@ def served_fields(served):
     return {path[0] for metric, path, _text in DCGM_CARD_GAUGES if metric in served}
 
 
-# GPM gives percentages and MiB per second; DCGM's profiling fields are ratios and bytes per second (a percentage is
-# divided by 100, not multiplied by 0.01, so that 35 % reads 0.35, not 0.35000000000000003).
-_SCALE = {"tensorUtilization": (1.0, 100.0), "graphicsActivity": (1.0, 100.0), "dramActivity": (1.0, 100.0),
-          "pcieTxMiBPerSecond": (1048576.0, 1.0), "pcieRxMiBPerSecond": (1048576.0, 1.0)}
+# From the fact's unit to DCGM's: {fact key: (multiply by, divide by)}.
+_SCALE = {row.fact[0]: row.scale for row in SERIES if row.scale is not None}
 
 
 # DCGM's dcgmFabricManagerStatus_t from the card's fabric fact (see nvml.fabric): a GPU without one has no fabric.

@@ -19,12 +19,11 @@ import threading
 import time
 
 from ansible_collections.scv.gpu.plugins.module_utils.agent.pod_attribution import NoPods
-from ansible_collections.scv.gpu.plugins.module_utils.nvml.extras import TELEMETRY_FIELDS
+from ansible_collections.scv.gpu.plugins.module_utils.nvml.series import fact_keys
 
 LOG = logging.getLogger("scv-gpu-agent")
-# What the telemetry subset adds to a card (nvml.card._read_telemetry, and the memory temperature field).
-TELEMETRY_KEYS = ("temperature", "gpuUtilization", "memoryUtilization", "powerDraw", "smClock", "memClock",
-                  "encoderUtilization", "decoderUtilization") + tuple(TELEMETRY_FIELDS)
+# What the telemetry subset adds to a card: the series read fresh at each scrape.
+TELEMETRY_KEYS = fact_keys("scrape")
 
 
 class Readings:

@@ -11,26 +11,27 @@ card reader (``card._CardReader``) and the card's dict.
 
 from __future__ import annotations
 
+from ansible_collections.scv.gpu.plugins.module_utils.nvml import series
 from ansible_collections.scv.gpu.plugins.module_utils.nvml.api import (
-    FI_DEV_MEMORY_TEMP,
-    FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL,
-    FI_DEV_PCIE_REPLAY_COUNTER,
-    FI_DEV_TOTAL_ENERGY_CONSUMPTION,
     GPU_VIRTUALIZATION_MODE_VGPU,
     GRID_LICENSE_FEATURE_CODE_VGPU,
     pynvml,
 )
 
+
+def _field_ids(cadence):
+    """{fact key: NVML field id} of the series table's fields of ``cadence``, in its order; a field that the
+    installed pynvml does not name is left out (its series is absent, as one the card cannot give)."""
+    names = series.field_names(cadence)
+    return {key: getattr(pynvml, name) for key, name in names.items() if hasattr(pynvml, name)}
+
+
 # Field values read with the recovery action when telemetry is asked for: fact key, NVML field.
-TELEMETRY_FIELDS = {"memoryTemperature": FI_DEV_MEMORY_TEMP}
+TELEMETRY_FIELDS = _field_ids("scrape")
 # Field values of the counters subset: costly (4.3 ms for the energy on an H100), so an NVML session
 # reads them on a cadence of their own.
-COUNTER_FIELDS = {
-    "energyConsumption": FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-    "pcieReplayCount": FI_DEV_PCIE_REPLAY_COUNTER,
-    "nvlinkBandwidthTotal": FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL,
-}
-COUNTER_KEYS = tuple(COUNTER_FIELDS) + ("vgpuLicenseStatus",)
+COUNTER_FIELDS = _field_ids("counters")
+COUNTER_KEYS = series.fact_keys("counters")
 
 
 def field_value(field):
@@ -57,7 +58,7 @@ def read_counters(reader, card, wanted=None):
     """The costly counters into ``card``; with ``wanted`` (fact keys), only those (the energy field alone
     costs 4.3 ms on an H100, so a series nobody serves is not read)."""
     keys = [key for key in COUNTER_FIELDS if wanted is None or key in wanted]
-    fields = reader.query("energy and PCIe counters", pynvml.nvmlDeviceGetFieldValues,
+    fields = reader.query("energy, PCIe and other counters", pynvml.nvmlDeviceGetFieldValues,
                           [COUNTER_FIELDS[key] for key in keys]) if keys else None
     for field, key in zip(fields or (), keys):
         if field.nvmlReturn == 0:
