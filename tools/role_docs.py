@@ -69,8 +69,8 @@ def series_table():
     for row in series.SERIES:
         fact = ".".join(row.fact)
         unit = "".join(" %s %d" % (sign, number) for sign, number in zip("×÷", row.scale or ()) if number != 1)
-        lines.append("| `%s` | `%s`%s | `%s` | %s | %s |" % (row.name, fact, unit, row.source,
-                                                            series.CADENCES[row.cadence], _text(row.help)))
+        lines.append("| `%s` | `%s`%s | `%s` | %s | %s |" % (
+            row.name, fact, unit, row.source, series.CADENCES[row.cadence], _text(row.help)))
     return "\n".join(lines + ["", SERIES_END])
 
 
