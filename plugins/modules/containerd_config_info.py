@@ -19,8 +19,9 @@ description:
     in as containerd merges them.
   - Fails, naming the file, when the main file or an import cannot be read or is not valid TOML, or when the
     config version is not 2 or 3; RV(content) still holds the main file when it was read.
-  - On a host older than Python 3.11 (no C(tomllib)) only the top-level C(version) and C(imports) are read,
-    which must then be a plain integer and an array of strings; the texts are returned whole for the
+  - The files are parsed with Python 3.11's C(tomllib), or on an older Python with the host's C(python3-tomli)
+    package (Ubuntu 22.04, Debian). On a host with neither, only the top-level C(version) and C(imports) are
+    read, which must then be a plain integer and an array of strings; the texts are returned whole for the
     controller to parse, and their TOML is checked there.
 author:
   - scv.gpu contributors (!UNKNOWN)
@@ -93,6 +94,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import (
+    TOML_NEEDS,
     ContainerdConfigError,
     config_version,
     import_chain,
@@ -104,13 +106,13 @@ from ansible_collections.scv.gpu.plugins.module_utils.host.toml_keys import Toml
 
 
 def read_keys(text, path):
-    """The config's ``version`` and ``imports``, without tomllib (Python < 3.11 on the host); whoever reads
-    the texts returned parses them whole."""
+    """The config's ``version`` and ``imports``, without a TOML parser (neither tomllib nor tomli on the host);
+    whoever reads the texts returned parses them whole."""
     try:
         return top_level_keys(text)
     except TomlKeysError as error:
-        raise ContainerdConfigError("%s: %s; without Python 3.11 or newer on the host only plain integers and "
-                                    "arrays of strings are read there" % (path, error)) from error
+        raise ContainerdConfigError("%s: %s; without %s, only plain integers and arrays of strings are read "
+                                    "there" % (path, error, TOML_NEEDS)) from error
 
 
 def main():

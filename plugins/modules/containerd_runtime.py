@@ -25,7 +25,7 @@ description:
 author:
   - scv.gpu contributors (!UNKNOWN)
 requirements:
-  - Python 3.11 or newer on the managed host (tomllib)
+  - Python 3.11 or newer on the managed host (tomllib), or on an older Python the host's python3-tomli package
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - scv.gpu.runtime_config_file

@@ -35,8 +35,8 @@ description:
 author:
   - scv.gpu contributors (!UNKNOWN)
 requirements:
-  - Python 3.11 or newer on the managed host (tomllib), and PyYAML; without them, the checks that need them are
-    skipped and say why.
+  - Python 3.11 or newer on the managed host (tomllib), or on an older Python the host's python3-tomli package,
+    and PyYAML; without them, the checks that need them are skipped and say why.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:

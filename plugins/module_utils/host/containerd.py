@@ -21,10 +21,17 @@ import re
 
 from ansible_collections.scv.gpu.plugins.module_utils.common.merge import deep_merge
 
+# The collection's one TOML parser import (node.dra, node.validation_host and the modules take it from here):
+# tomllib (Python 3.11 and newer); else tomli, its origin with the same API, which Ubuntu 22.04 and Debian package
+# as python3-tomli; else None, and whoever reads TOML says so (TOML_NEEDS) or reads without it (host.toml_keys).
 try:
     import tomllib
-except ImportError:  # Python < 3.11 on the managed host
-    tomllib = None
+except ImportError:
+    try:
+        import tomli as tomllib
+    except ImportError:
+        tomllib = None
+TOML_NEEDS = "Python 3.11 or newer, or the host's python3-tomli package"
 
 # The CRI plugin's containerd table, by config version (containerd 1.x: 2, containerd 2.x: 3).
 CRI_CONTAINERD = {
@@ -45,7 +52,7 @@ class ContainerdImportError(ContainerdConfigError):
 def parse(text, path):
     """The config as a dict; empty text is ``{}``."""
     if tomllib is None:
-        raise ContainerdConfigError("reading %s needs Python 3.11 or newer (tomllib) on the managed host" % path)
+        raise ContainerdConfigError("reading %s needs %s on the managed host" % (path, TOML_NEEDS))
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -20,17 +20,13 @@ import re
 import shutil
 
 from ansible_collections.scv.gpu.plugins.module_utils.host import crio_dropins
+from ansible_collections.scv.gpu.plugins.module_utils.host.containerd import TOML_NEEDS, tomllib
 from ansible_collections.scv.gpu.plugins.module_utils.host.dev_char import link_states
 from ansible_collections.scv.gpu.plugins.module_utils.host.driver_state import loaded_version
 from ansible_collections.scv.gpu.plugins.module_utils.host.toolkit_advisories import ToolkitVersionError, exposures
 from ansible_collections.scv.gpu.plugins.module_utils.node.validation import (
     NVIDIA_RUNTIME, cdi_problems, check, fabric_problems, isolation_problems, missing_device_nodes,
     runtime_choice_problems)
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10: the module says so before reading anything
-    tomllib = None
 
 try:
     import yaml
@@ -192,7 +188,7 @@ def _merged(into, update):
 
 def _toml(path):
     if tomllib is None:
-        raise ValueError("Python 3.11 or newer is needed on the host to read it")
+        raise ValueError("%s is needed on the host to read it" % TOML_NEEDS)
     with open(path, "rb") as handle:
         try:
             return tomllib.load(handle)
@@ -273,7 +269,7 @@ def _cdi_check(node, path, uuids):
 
 def _isolation_check(node, path):
     if tomllib is None:
-        return check(node, "runtime_isolation", skipped="Python 3.11 or newer is needed on the host to read %s" % path)
+        return check(node, "runtime_isolation", skipped="%s is needed on the host to read %s" % (TOML_NEEDS, path))
     try:
         with open(path, "rb") as handle:
             settings = tomllib.load(handle)
