@@ -123,6 +123,10 @@ test:
 test-fresh:
 	tools/test-fresh
 
+# What lint, unit and integration all need, made once before they start side by side (tools/test).
+.PHONY: prerequisites
+prerequisites: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
+
 .PHONY: sanity
 sanity: $(VENV_STAMP)
 	tools/sanity $(VENV) $(PYTHON)
