@@ -6,8 +6,9 @@
 
 Each row names the series as dcgm-exporter does, the card fact it is served from (a key, or a path into a nested
 fact), where NVML gives it, when it is read, its help text, and the factor from the fact's unit to DCGM's. A row
-whose source is an NVML field (``NVML_FI_...``, pynvml's own constant, looked up by name when read) is read by the
-generic field readers of its cadence: adding such a counter is one row here. The agent's gauges, the NVML field
+of the ``scrape`` or ``counters`` cadence whose source is an NVML field (``NVML_FI_...``, pynvml's own constant,
+looked up by name when read) is read by that subset's one field-values call: adding such a counter is one row here.
+The ``tick`` rows are the health check's readings, which it reads itself. The agent's gauges, the NVML field
 lists of the telemetry and counters subsets, the keys a scrape reads fresh, and the table in the ``scv_agent``
 role's docs come from this table.
 
