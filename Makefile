@@ -77,7 +77,7 @@ $(COLLECTION_LINK):
 collection: $(COLLECTION_LINK)
 
 # The NVML simulator, compiled against the real nvml.h from nvidia-nvml-dev.
-$(SIM): tests/nvml_simulator/nvml_simulator.c tools/build-simulator $(VENV_STAMP)
+$(SIM): tests/nvml_simulator/nvml_simulator.c $(wildcard tests/fixtures/nvml-symbols/*.txt) tools/build-simulator $(VENV_STAMP)
 	tools/build-simulator $(VENV) $@
 
 .PHONY: simulator

@@ -23,7 +23,7 @@ import pytest
 from harness.ansible import recap
 from harness.nvidia_toolkit import (
     CONTROL_NODES, Bundles, DriverRoot, host_config, nvidia_config, seen, toolkit, toolkit_tasks_play)
-from harness.paths import scenario_path
+from harness.paths import ROOT, scenario_path
 
 CONTROL = CONTROL_NODES
 ROLE_PLAY = toolkit_tasks_play("runtime-config.yml")
@@ -117,3 +117,18 @@ def test_under_nvidias_defaults_the_variable_gives_an_unprivileged_container_eve
     bundles = Bundles(tmp_path, bin_dir, root, cdi_mode(bin_dir, tmp_path / "config.toml", spec_dir))
     lines, log = bundles.run(env=["NVIDIA_VISIBLE_DEVICES=all"])
     assert seen(lines) == ({"nvidia%d" % index for index in range(8)} | CONTROL, root.uuids), (lines, log)
+
+
+def test_the_nvml_entry_points_listed_for_nvidia_ctk_are_those_of_the_pinned_build():
+    """tests/fixtures/nvml-symbols/nvidia-ctk.txt, whose every name the simulator exports, was read from this
+    build: a new pin that links against more of NVML fails here until ``tools/nvml-symbols --toolkit`` lists it."""
+    listed = (ROOT / "tests" / "fixtures" / "nvml-symbols" / "nvidia-ctk.txt").read_text(encoding="utf-8").splitlines()
+    bin_dir = toolkit()
+    for program in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook"):
+        symbols = subprocess.run(["nm", "-D", "--undefined-only", str(bin_dir / program)],
+                                 capture_output=True, text=True, check=True).stdout.split()
+        linked = {name for name in symbols if name.startswith("nvml")}
+        assert linked, program
+        assert linked <= set(listed[1:]), (program, sorted(linked - set(listed[1:])))
+        if program == "nvidia-ctk":
+            assert sorted(linked) == listed[1:]

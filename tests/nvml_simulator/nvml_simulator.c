@@ -2678,6 +2678,39 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t
     SIM_RETURN(NVML_ERROR_NOT_FOUND);
 }
 
+/* Parses a PCI bus ID as the driver accepts it: "domain:bus:device.function" (a domain of 4 or 8 hex
+ * digits) or "bus:device.function" in domain 0, hex digits in either case. */
+static int sim_parse_bus_id(const char *text, unsigned int out[4])
+{
+    int used = 0;
+
+    if (sscanf(text, "%x:%x:%x.%x%n", &out[0], &out[1], &out[2], &out[3], &used) == 4 && !text[used])
+        return 1;
+    out[0] = 0;
+    used = 0;
+    return sscanf(text, "%x:%x.%x%n", &out[1], &out[2], &out[3], &used) == 3 && !text[used];
+}
+
+/* A GPU by its PCI bus ID, in any form sim_parse_bus_id accepts; MIG devices have none of their own. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    unsigned int wanted[4], have[4];
+
+    SIM_SYSTEM_CALL();
+    if (!pciBusId || !device || !sim_parse_bus_id(pciBusId, wanted))
+        SIM_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned int i = 0; i < sim_device_count; i++) {
+        const jval *id = j_get(sim_devices[i], "pciBusId");
+        if (!id || id->type != J_STR || !sim_parse_bus_id(id->str, have) || memcmp(have, wanted, sizeof(have)))
+            continue;
+        if (sim_injected(sim_devices[i], "nvmlDeviceGetHandleByIndex_v2") == NVML_ERROR_GPU_IS_LOST)
+            SIM_RETURN(NVML_ERROR_GPU_IS_LOST);
+        *device = (nvmlDevice_t)&sim_gpu_handles[i];
+        SIM_RETURN(NVML_SUCCESS);
+    }
+    SIM_RETURN(NVML_ERROR_NOT_FOUND);
+}
+
 /* "topology": {"<other GPU's index>": 10, ...} gives NVML_TOPOLOGY_* levels; unlisted pairs are SYSTEM. */
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
                                                             nvmlGpuTopologyLevel_t *pathInfo)
@@ -3453,6 +3486,19 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDev
 }
 
 /* ------------------------------------------------------ simulator only */
+
+/* Every NVML entry point NVIDIA's tools link against that the simulator does not model answers here
+ * (tools/build-simulator makes one function per name, listed in tests/fixtures/nvml-symbols): the call
+ * is counted and costs what any other call does, and answers as a driver does for a feature the GPU
+ * lacks. Not exported: only the generated functions call it. */
+int sim_unsimulated(const char *function)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_call(function);
+    if (!sim_init_refcount)
+        SIM_RETURN(NVML_ERROR_UNINITIALIZED);
+    SIM_RETURN(NVML_ERROR_NOT_SUPPORTED);
+}
 
 SIM_EXPORT unsigned long long nvmlsimCallCount(void)
 {
