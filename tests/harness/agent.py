@@ -124,6 +124,29 @@ class AgentProcess:
                                         else "the agent exited (%s)" % self.process.returncode),
                           log=lambda: "agent log:\n" + self.log.read_text())
 
+    def wait_for_count(self, counter, above, timeout):
+        """Seconds until the agent's ``scv_agent_<counter>_total`` exceeds ``above``, read from its own metrics
+        endpoint: a local request of milliseconds, so the time measured is the agent's, not a kubectl start-up's
+        (a process start, seconds on a machine running the whole suite beside it)."""
+        name = "scv_agent_%s_total" % counter
+        return self.wait_for(lambda: self.metrics()[name] > above, timeout, step=0.02)
+
+    def count(self, counter):
+        return self.metrics()["scv_agent_%s_total" % counter]
+
+    def tick_of(self, counter, above, timeout):
+        """The agent's tick count (``scv_agent_ticks_total``) when its counter first exceeded ``above``: which tick
+        did something, read from the same answer of its metrics endpoint. A tick is counted when it starts and
+        the next starts a whole interval after it ends, so a poll every 20 ms reads the tick that did it; a
+        count, unlike a time, does not grow when a loaded machine slows the agent's work."""
+        name, seen = "scv_agent_%s_total" % counter, {}
+
+        def done():
+            seen.update(self.metrics())
+            return seen[name] > above
+        self.wait_for(done, timeout, step=0.02)
+        return seen["scv_agent_ticks_total"]
+
     def set_free_memory(self, free_bytes):
         change_scenario(self, lambda scenario: scenario["devices"][0]["memory"].update(free=free_bytes))
 

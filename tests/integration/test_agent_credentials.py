@@ -216,14 +216,16 @@ def test_the_agents_requests_give_up_on_a_server_that_never_answers(access, stal
     client = RestClient.from_file(str(stalled_kubeconfig(access, stalled_server, tmp_path / "k")), timeout=1.5, resource=SCV)
     # A watch of 300 s too: a server that takes the request and never begins its answer (an API server that is
     # starting) is given up on within the request timeout, not after the watch's 300 s.
-    for call in (lambda: client.get("stalled"), lambda: list(client.watch("stalled", "1", 1)),
-                 lambda: list(client.watch("stalled", None, 300))):
+    for tries, call in enumerate((lambda: client.get("stalled"), lambda: list(client.watch("stalled", "1", 1)),
+                                  lambda: list(client.watch("stalled", None, 300))), start=1):
         start = time.monotonic()
         with pytest.raises(ApiError, match=r"did not answer within (1\.5|2\.5) s"):
             call()
         took = time.monotonic() - start
-        assert stalled_server.accepted.is_set()
-        assert 1.4 < took < 4.0, took
+        # One connection per call, which waited the whole request timeout: no retry, and not the watch's 300 s
+        # (the upper bound only tells those apart; a loaded machine can slow the call, never speed it up).
+        assert len(stalled_server.held) == tries, len(stalled_server.held)
+        assert 1.4 < took < 60, took
 
 
 def test_an_expired_client_certificate_is_named_with_its_file_and_expiry(access, tmp_path):

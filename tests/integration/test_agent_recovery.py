@@ -9,7 +9,6 @@ import json
 import shutil
 import time
 
-from ansible_collections.scv.gpu.plugins.module_utils.agent.loop import XID_WAIT_MS
 from harness.agent import AgentProcess, change_scenario, gpu_condition_of
 from harness.control_plane import read_object
 from harness.paths import scenario_path
@@ -44,11 +43,13 @@ def test_nvml_stays_initialised_and_starts_anew_after_a_driver_change(agent):
     def upgrade(scenario):
         scenario["driverVersion"] = "550.54.15"
         scenario["devices"][0]["maxClocks"]["memory"] = 5000   # a static reading: read again only in a new session
+    writes = agent.count("writes")
     change_scenario(agent, upgrade)
-    took = agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["clock"] == 5000, 10)
-    # one interval, plus the event waiter's current wait (up to XID_WAIT_MS: NVML is not shut down under it),
-    # plus kubectl's own start-up
-    assert took < 1.0 + XID_WAIT_MS / 1000.0 + 0.5, took
+    ticks = agent.count("ticks")
+    # The first tick after the upgrade starts the new session: it waits out the event waiter's current wait (up to
+    # XID_WAIT_MS: NVML is not shut down under it), and publishes.
+    assert agent.tick_of("writes", writes, 10) <= ticks + 1
+    assert agent.scv()["status"]["cardList"][0]["clock"] == 5000   # that write carried the new session's reading
     assert agent.metrics()["scv_agent_nvml_inits_total"] == 2
     assert "NVML initialised anew: RM has detected an NVML/RM version mismatch" in agent.log.read_text()
 
@@ -75,6 +76,7 @@ def test_the_scv_definition_deleted_and_installed_again(agent):
     for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
         definition["metadata"].pop(key, None)
     definition.pop("status", None)
+    creates = agent.count("creates")
     plane.kubectl("delete", "crd", "scvs.core.run-linux.com")
     try:
         time.sleep(4)
@@ -83,9 +85,9 @@ def test_the_scv_definition_deleted_and_installed_again(agent):
         assert failing["scv_agent_errors_total"] >= 1
     finally:
         plane.kubectl("create", "-f", "-", input_text=json.dumps(definition))
-    took = agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 40)
+    took = agent.wait_for_count("creates", creates, 40)
     assert took < 35, took          # within the longest backoff
-    assert agent.metrics()["scv_agent_creates_total"] >= 2
+    agent.wait_for(lambda: agent.scv()["status"]["cardList"][0]["model"] == "TITAN Xp", 10)
 
 
 def test_an_agent_started_before_the_driver_publishes_no_gpu_then_every_gpu(access, agent_command, tmp_path):
@@ -106,9 +108,11 @@ def test_an_agent_started_before_the_driver_publishes_no_gpu_then_every_gpu(acce
         condition = gpu_condition_of(plane, node)
         assert (condition["status"], condition["reason"]) == ("False", "NVMLUnavailable")
         assert "driver" in condition["message"].lower()
+        writes = agent.count("writes")
         shutil.copy(scenario_path("h100_sxm_x8"), agent.scenario)
-        took = agent.wait_for(lambda: agent.scv()["status"]["cardNumber"] == 8, 10)
-        assert took < 3, took
+        ticks = agent.count("ticks")
+        assert agent.tick_of("writes", writes, 10) <= ticks + 1   # the first tick after it tried nvmlInit again
+        assert agent.scv()["status"]["cardNumber"] == 8
         agent.wait_for(lambda: gpu_condition_of(plane, node)["status"] == "True", 5)
         assert agent.process.poll() is None
     finally:

@@ -78,7 +78,9 @@ def test_a_slow_kubelet_is_given_up_on_within_the_timeout(kubelet):
     started = time.monotonic()
     with pytest.raises(podresources.PodResourcesError, match="did not answer .* within 0.5 s"):
         podresources.list_pod_resources(kubelet.socket, timeout=0.5)
-    assert time.monotonic() - started < 2
+    # The message names the timeout it kept; the bound only tells it from the kubelet's 30 s, with room for a
+    # machine running the whole suite beside it.
+    assert time.monotonic() - started < 15
 
 
 def test_no_socket_says_where_it_looked(tmp_path):
@@ -103,7 +105,7 @@ def test_something_else_on_the_socket_is_an_error_not_a_hang(tmp_path, reply):
         if reply is not None:
             peer.sendall(reply)
             peer.close()
-        done.wait(5)
+        done.wait(30)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -114,7 +116,7 @@ def test_something_else_on_the_socket_is_an_error_not_a_hang(tmp_path, reply):
     finally:
         done.set()
         listener.close()
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15      # the 1 s timeout, not the silent server's 30 s
     expected = {"http1": "does not speak gRPC over HTTP/2", "closes": "closed the connection before it answered",
                 "silent": "did not answer"}
     assert expected["http1" if reply and reply.startswith(b"HTTP") else "closes" if reply == b"" else "silent"] in \

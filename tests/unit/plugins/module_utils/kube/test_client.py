@@ -134,8 +134,8 @@ def test_the_deadline_interrupts_a_call_in_the_main_thread_and_puts_the_old_alar
         started = time.monotonic()
         with pytest.raises(client.DeadlinePassed):
             with client.deadline(0.2):
-                time.sleep(5)
-        assert time.monotonic() - started < 4          # interrupted, not slept out
+                time.sleep(30)
+        assert time.monotonic() - started < 15         # interrupted, not slept out
         assert signal.getsignal(signal.SIGALRM) is mine
         assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     finally:
