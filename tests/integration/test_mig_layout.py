@@ -231,3 +231,26 @@ def test_the_role_regenerates_the_cdi_spec_so_that_it_names_the_new_mig_devices(
     migs = {entry["uuid"] for gpu in json.loads(path.read_text())["devices"] for entry in gpu["migDevices"]
             if "computeInstanceId" in entry}
     assert len(migs) == 14 and migs <= named, (migs, named)
+
+
+MIG_PARTED = ROOT / "tests" / "fixtures" / "mig-parted"
+
+
+def placed_in(path):
+    """Per GPU, the sorted (profile, first slice) of each GPU instance in a scenario file, as the driver places them."""
+    return [sorted((entry["name"].rpartition(" MIG ")[2], entry["placement"]) for entry in gpu.get("migDevices") or []
+                   if "computeInstanceId" in entry)
+            for gpu in json.loads(path.read_text())["devices"]]
+
+
+@pytest.mark.parametrize("fixture", sorted(MIG_PARTED.glob("*.json")), ids=lambda fixture: fixture.stem)
+def test_a_layout_lands_on_the_slices_nvidia_mig_parted_chooses(ansible, tmp_path, fixture):
+    """The same configuration file and layout name that NVIDIA's nvidia-mig-parted applied to the same scenario
+    (tools/mig-parted/make-fixtures): the same profiles at the same slices of every GPU."""
+    expected = json.loads(fixture.read_text())
+    assert expected["exitStatus"] == 0 and expected["lastLine"] == "MIG configuration applied successfully"
+    path = copy(tmp_path, expected["scenario"])
+    ok, result = ansible.module({"config_file": str(MIG_PARTED / "configs.yaml"), "config_name": expected["layout"]},
+                                scenario=path, name="scv.gpu.mig_layout")
+    assert ok and result["changed"], result
+    assert placed_in(path) == [[(entry["profile"], entry["start"]) for entry in gpu] for gpu in expected["gpuInstances"]]
