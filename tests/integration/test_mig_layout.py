@@ -254,3 +254,20 @@ def test_a_layout_lands_on_the_slices_nvidia_mig_parted_chooses(ansible, tmp_pat
                                 scenario=path, name="scv.gpu.mig_layout")
     assert ok and result["changed"], result
     assert placed_in(path) == [[(entry["profile"], entry["start"]) for entry in gpu] for gpu in expected["gpuInstances"]]
+
+
+@pytest.mark.parametrize("export", sorted(MIG_PARTED.glob("*-export.yaml")), ids=lambda export: export.stem)
+def test_the_layout_nvidia_mig_parted_exports_is_the_one_the_module_reads(ansible, tmp_path, export):
+    """nvidia-mig-parted's ``export`` of a scenario, applied to that scenario, changes nothing, and each GPU's
+    ``before`` is its exported entry."""
+    path = copy(tmp_path, export.stem[:-len("-export")])
+    before = path.read_bytes()
+    ok, result = ansible.module({"config_file": str(export), "config_name": "current"}, scenario=path,
+                                name="scv.gpu.mig_layout")
+    assert ok and result["changed"] is False, result
+    indexes = [gpu["index"] for gpu in result["gpus"]]
+    exported = {index: {"mig-enabled": entry["mig-enabled"], "mig-devices": entry.get("mig-devices") or {}}
+                for entry in yaml.safe_load(export.read_text())["mig-configs"]["current"]
+                for index in (indexes if entry["devices"] == "all" else entry["devices"])}
+    assert indexes == [0, 1] and {gpu["index"]: gpu["before"] for gpu in result["gpus"]} == exported
+    assert path.read_bytes() == before
