@@ -2652,6 +2652,16 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned i
     SIM_RETURN(NVML_SUCCESS);
 }
 
+/* The handle of GPU `index`, found by a lookup other than its index: a GPU lost to its index lookup is
+ * lost to every other one too. */
+static nvmlReturn_t sim_gpu_found(unsigned int index, nvmlDevice_t *device)
+{
+    if (sim_injected(sim_devices[index], "nvmlDeviceGetHandleByIndex_v2") == NVML_ERROR_GPU_IS_LOST)
+        return NVML_ERROR_GPU_IS_LOST;
+    *device = (nvmlDevice_t)&sim_gpu_handles[index];
+    return NVML_SUCCESS;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
     SIM_SYSTEM_CALL();
@@ -2661,10 +2671,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t
         const jval *id = j_get(sim_devices[i], "uuid"), *list = j_get(sim_devices[i], "migDevices");
         unsigned int position = 0;
         if (id && id->type == J_STR && strcmp(id->str, uuid) == 0) {
-            if (sim_injected(sim_devices[i], "nvmlDeviceGetHandleByIndex_v2") == NVML_ERROR_GPU_IS_LOST)
-                SIM_RETURN(NVML_ERROR_GPU_IS_LOST);
-            *device = (nvmlDevice_t)&sim_gpu_handles[i];
-            SIM_RETURN(NVML_SUCCESS);
+            SIM_RETURN(sim_gpu_found(i, device));
         }
         for (const jval *e = list ? list->child : NULL; e && position < SIM_MAX_MIG; e = e->next, position++) {
             const jval *mig_id = j_get(e, "uuid");
@@ -2703,10 +2710,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, n
         const jval *id = j_get(sim_devices[i], "pciBusId");
         if (!id || id->type != J_STR || !sim_parse_bus_id(id->str, have) || memcmp(have, wanted, sizeof(have)))
             continue;
-        if (sim_injected(sim_devices[i], "nvmlDeviceGetHandleByIndex_v2") == NVML_ERROR_GPU_IS_LOST)
-            SIM_RETURN(NVML_ERROR_GPU_IS_LOST);
-        *device = (nvmlDevice_t)&sim_gpu_handles[i];
-        SIM_RETURN(NVML_SUCCESS);
+        SIM_RETURN(sim_gpu_found(i, device));
     }
     SIM_RETURN(NVML_ERROR_NOT_FOUND);
 }
