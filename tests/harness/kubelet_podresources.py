@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from concurrent import futures
 
 from harness.paths import ROOT
@@ -106,7 +107,12 @@ class StandInKubelet:
 
     def __exit__(self, *_exc):
         self._released.set()
-        self.server.stop(0)
+        # stop() returns before the shutdown is done; gRPC closes the listener and unlinks the socket file after.
+        # A test that binds the same path next (a hostile peer) must find it gone, so wait for both.
+        self.server.stop(0).wait(30)
+        deadline = time.monotonic() + 10
+        while os.path.exists(self.socket) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def answer(self):
         pb2 = self.pb2
