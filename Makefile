@@ -166,9 +166,9 @@ agent-wheels: $(VENV_STAMP)
 # Benchmarks import the test harness and the collection by name.
 BENCHMARK_PYTHON := PYTHONPATH=$(ROOT)/tests:$(COLLECTIONS) $(VENV)/bin/python
 .PHONY: benchmark benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet \
-	benchmark-site-fleet
+	benchmark-site-fleet benchmark-go-build
 benchmark: benchmark-gpu-facts benchmark-scv benchmark-agent benchmark-pod-resources benchmark-fleet \
-	benchmark-site-fleet
+	benchmark-site-fleet benchmark-go-build
 benchmark-gpu-facts: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM)
 	LD_LIBRARY_PATH=$(SIM_DIR) $(BENCHMARK_PYTHON) benchmarks/gpu_facts.py
 benchmark-scv: $(VENV_STAMP) $(COLLECTION_LINK) control-plane
@@ -184,6 +184,11 @@ benchmark-fleet: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane agent-whe
 # site.yml over an inventory of 100 local hosts with forks 10 and 50 (about 30 minutes on 2 cores).
 benchmark-site-fleet: $(VENV_STAMP) $(COLLECTION_LINK) $(SIM) control-plane
 	$(BENCHMARK_PYTHON) benchmarks/site_fleet.py
+# kube-apiserver, kubectl and etcd from an empty build cache, with Go's GC setting and tools/lib/go.sh's
+# (about 10 minutes a run on 2 cores); GO_BUILD_RUNS=3 alternates the order.
+GO_BUILD_RUNS ?= 1
+benchmark-go-build: $(VENV_STAMP)
+	$(BENCHMARK_PYTHON) benchmarks/go_build.py --runs $(GO_BUILD_RUNS)
 
 .PHONY: clean distclean
 clean:
