@@ -3,7 +3,8 @@
 # Go's official installer puts it in /usr/local/go/bin, which only interactive shells may have on PATH.
 # The compiler and the linker this script's builds start run without their garbage collector (GOGC=off) until a
 # process's heap reaches 3 GiB (GOMEMLIMIT): kube-apiserver, kubectl and etcd built from an empty build cache took
-# 16 % less CPU time (user and system) so, and their largest process grew from 2.3 to 2.6 GB (make benchmark-go-build, docs/benchmarks.md).
+# 19 % less CPU time (user and system) so, and their largest process grew from 2280 to 2504 MiB
+# (make benchmark-go-build, docs/benchmarks.md).
 # A GOGC or GOMEMLIMIT set by the caller is kept. Only the builds get these: the programs built run with Go's own.
 need_go() {
   local dir
