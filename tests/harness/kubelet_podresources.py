@@ -16,9 +16,9 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from concurrent import futures
 
+from harness.common import wait_until
 from harness.paths import ROOT
 
 CONTROL_PLANE = ROOT / "tools" / "control-plane"
@@ -110,9 +110,7 @@ class StandInKubelet:
         # stop() returns before the shutdown is done; gRPC closes the listener and unlinks the socket file after.
         # A test that binds the same path next (a hostile peer) must find it gone, so wait for both.
         self.server.stop(0).wait(30)
-        deadline = time.monotonic() + 10
-        while os.path.exists(self.socket) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not os.path.exists(self.socket), 10, "the stand-in kubelet's socket %s to go" % self.socket)
 
     def answer(self):
         pb2 = self.pb2
