@@ -12,6 +12,7 @@
 - ``in_process``: ``run_module``, a module's main() in this process;
 - ``ansible``: the ``ansible`` and ``ansible-playbook`` commands of one ansible-core line, and ``recap``;
 - ``pci_sysfs`` and ``kernel_modules``: sysfs PCI trees and kernel modules built for a test;
+- ``mig_placement``: where a scenario file's GPU instances sit (what nvidia-mig-parted's fixtures record);
 - ``yoda_scheduler``: the Yoda scheduler's reading of an Scv;
 - ``dra_host``: a simulated host ready for NVIDIA's DRA driver, its Node, and what its kubelet and DRA plugin publish;
 - ``scenario_expectations`` and ``label_expectations``: what each simulator scenario must give, worked out by hand.

@@ -10,6 +10,7 @@ import shutil
 import pytest
 import yaml
 
+from harness.mig_placement import placed_in
 from harness.nvidia_toolkit import DriverRoot, host_bin
 from harness.paths import ROOT, scenario_path
 
@@ -234,13 +235,6 @@ def test_the_role_regenerates_the_cdi_spec_so_that_it_names_the_new_mig_devices(
 
 
 MIG_PARTED = ROOT / "tests" / "fixtures" / "mig-parted"
-
-
-def placed_in(path):
-    """Per GPU, the sorted (profile, first slice) of each GPU instance in a scenario file, as the driver places them."""
-    return [sorted((entry["name"].rpartition(" MIG ")[2], entry["placement"]) for entry in gpu.get("migDevices") or []
-                   if "computeInstanceId" in entry)
-            for gpu in json.loads(path.read_text())["devices"]]
 
 
 @pytest.mark.parametrize("fixture", sorted(MIG_PARTED.glob("*.json")), ids=lambda fixture: fixture.stem)
